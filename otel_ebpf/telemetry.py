@@ -1,0 +1,64 @@
+"""The agent's counters about itself, exported as `otel_ebpf.*` metrics and printed at exit."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass
+
+# name -> (unit, description). Every counter the agent keeps is declared here, once.
+COUNTERS: dict[str, tuple[str, str]] = {
+    "events": ("{event}", "Ring-buffer records decoded"),
+    "bytes": ("By", "Payload bytes received from the kernel"),
+    "kernel.drops": ("{event}", "Records the kernel could not reserve in the ring buffer"),
+    "kernel.truncations": ("{event}", "Messages longer than the capture size"),
+    "gaps": ("{gap}", "Stream positions missing in user space (lost or uncaptured bytes)"),
+    "parse.errors": ("{error}", "Bytes a parser rejected as not its protocol (then resynced)"),
+    "connections.tracked": ("{connection}", "Connections opened in the connection table"),
+    "connections.evicted": ("{connection}", "Connections evicted because the table was full"),
+    "connections.unparsed": ("{connection}", "Connections no parser recognized"),
+    "records.timed_out": ("{record}", "Requests closed without a response after the timeout"),
+    "spans.produced": ("{span}", "Spans built from records"),
+    "spans.exported": ("{span}", "Spans an exporter delivered"),
+    "spans.failed": ("{span}", "Spans an exporter gave up on after retries"),
+    "spans.dropped": ("{span}", "Spans dropped because an export queue was full"),
+}
+
+
+@dataclass
+class Stats:
+    """Thread-safe monotonic counters keyed by names from COUNTERS (labels optional)."""
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: Counter[tuple[str, tuple[tuple[str, str], ...]]] = Counter()
+
+    def add(self, name: str, value: int = 1, **labels: str) -> None:
+        if name not in COUNTERS:
+            raise KeyError(f"undeclared counter {name!r}")
+        key = (name, tuple(sorted(labels.items())))
+        with self._lock:
+            self._values[key] += value
+
+    def set_total(self, name: str, value: int, **labels: str) -> None:
+        """Record a total kept elsewhere (the kernel's per-CPU counters, say)."""
+        if name not in COUNTERS:
+            raise KeyError(f"undeclared counter {name!r}")
+        with self._lock:
+            self._values[(name, tuple(sorted(labels.items())))] = value
+
+    def snapshot(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], int]:
+        with self._lock:
+            return dict(self._values)
+
+    def total(self, name: str) -> int:
+        with self._lock:
+            return sum(v for (n, _), v in self._values.items() if n == name)
+
+    def totals(self) -> dict[str, int]:
+        """Every declared counter summed over its labels, zeros included."""
+        out = dict.fromkeys(COUNTERS, 0)
+        with self._lock:
+            for (name, _), value in self._values.items():
+                out[name] += value
+        return out

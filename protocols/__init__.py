@@ -1,0 +1,1 @@
+"""Pluggable, sans-IO protocol parsers (installed as otel_ebpf.protocols)."""

@@ -1,0 +1,198 @@
+"""The parser contract: the types every protocol parser under protocols/ speaks (sans-IO).
+
+A parser turns the bytes of one connection into frames (parse), pairs frames into records
+(stitch) and records into neutral spans (to_spans). It is pure: no sockets, no clocks, no
+OpenTelemetry imports, no logging of payloads. Times come from the kernel through the
+connection tracker, which stamps each frame with the time of its first and last byte.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Union
+
+AttributeValue = Union[str, bool, int, float, list[str], list[int], list[float]]
+
+
+class Direction(enum.IntEnum):
+    """Which way bytes moved, seen from the traced process."""
+
+    EGRESS = 0  # the process wrote them (send, write...)
+    INGRESS = 1  # the process read them (recv, read...)
+
+    @property
+    def opposite(self) -> Direction:
+        return Direction(1 - self)
+
+
+class Role(enum.IntEnum):
+    """The traced process's side of a connection."""
+
+    UNKNOWN = 0
+    CLIENT = 1  # it connected, or it sends the requests
+    SERVER = 2  # it accepted, or it answers the requests
+
+
+class ParseResult(enum.Enum):
+    FRAME = "frame"  # a whole frame ended at `consumed`
+    NEED_MORE = "need_more"  # `consumed` bytes belong to a frame not yet complete
+    INVALID = "invalid"  # the bytes at the start of buf are not this protocol
+
+
+class SpanKind(enum.IntEnum):
+    """Values of opentelemetry.proto.trace.v1.Span.SpanKind."""
+
+    INTERNAL = 1
+    SERVER = 2
+    CLIENT = 3
+    PRODUCER = 4
+    CONSUMER = 5
+
+
+class StatusCode(enum.IntEnum):
+    """Values of opentelemetry.proto.trace.v1.Status.StatusCode."""
+
+    UNSET = 0
+    OK = 1
+    ERROR = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ConnInfo:
+    """What is known about one connection (one socket of one process)."""
+
+    pid: int
+    fd: int
+    generation: int  # kernel time the agent first saw this socket: fd reuse never merges two
+    role: Role
+    transport: Literal["stream", "datagram"]
+    family: str  # "ipv4", "ipv6" or "unix"
+    local_addr: str = ""
+    local_port: int = 0
+    remote_addr: str = ""
+    remote_port: int = 0
+    comm: str = ""  # kernel command name (15 chars) of the process at open
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return (self.pid, self.fd, self.generation)
+
+
+@dataclass(slots=True, kw_only=True)
+class Frame:
+    """One protocol message. Parsers subclass it; the connection tracker fills the timing."""
+
+    direction: Direction = Direction.EGRESS
+    start_ns: int = 0  # kernel monotonic time of the first byte
+    end_ns: int = 0  # kernel monotonic time of the last byte
+    stream_pos: int = 0  # byte position of the first byte in its direction's stream
+    tcp_seq: int | None = None  # TCP sequence number of the first byte, when known
+    size: int = 0  # bytes on the wire, head and body, including bytes not captured
+
+
+@dataclass(slots=True, kw_only=True)
+class Record:
+    """Frames a parser's stitch step joined (a request and its response, say)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpanEvent:
+    name: str
+    time_ns: int  # kernel monotonic
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+
+
+@dataclass(slots=True, kw_only=True)
+class NeutralSpan:
+    """A span before OpenTelemetry: kernel times, no IDs yet (correlate/ assigns them)."""
+
+    name: str
+    kind: SpanKind
+    start_ns: int  # kernel monotonic
+    end_ns: int  # kernel monotonic
+    conn: ConnInfo
+    attributes: dict[str, AttributeValue] = field(default_factory=dict)
+    status: StatusCode = StatusCode.UNSET
+    status_message: str = ""
+    events: list[SpanEvent] = field(default_factory=list)
+    protocol: str = ""  # parser name, for self-telemetry
+    # evidence for correlate/: TCP sequence numbers of the request's and response's first bytes
+    request_seq: int | None = None
+    response_seq: int | None = None
+    # set by correlate/
+    trace_id: bytes = b""
+    span_id: bytes = b""
+    parent_span_id: bytes = b""
+
+    @property
+    def pid(self) -> int:
+        return self.conn.pid
+
+
+class ParserState:
+    """Per-connection parser state. Parsers subclass it for their own tables.
+
+    `frames[direction]` holds finished, timed frames in stream order: the connection
+    tracker appends them, the parser's stitch step consumes them.
+    """
+
+    __slots__ = ("conn", "frames")
+
+    def __init__(self, conn: ConnInfo) -> None:
+        self.conn = conn
+        self.frames: tuple[deque[Frame], deque[Frame]] = (deque(), deque())
+
+
+class ProtocolParser(ABC):
+    """A protocol: infer, parse, resync, stitch, to_spans. Registered by entry point.
+
+    The connection tracker calls, for each direction of a connection:
+      parse(direction, buf, state) while it returns FRAME, or NEED_MORE with consumed > 0.
+        `buf` holds the contiguous bytes from the stream's current position. `consumed`
+        may be larger than len(buf): the parser then asks to skip bytes it need not see
+        (a body beyond the capture size); they are skipped by position, even across
+        bytes the kernel did not capture.
+      resync(direction, buf, state) after bytes were lost or parse said INVALID: the parser
+        drops any partial frame of that direction and returns the offset in buf where a
+        frame may start, or None when there is none in buf.
+      finish(direction, state) when the connection closes: a frame delimited by the close
+        (an HTTP/1.0 body read until EOF), or None.
+    and then stitch(state, now_ns) to collect records, and to_spans(record, conn).
+    Parsers never raise on bad bytes.
+    """
+
+    name: ClassVar[str]
+    transport: ClassVar[Literal["stream", "datagram"]] = "stream"
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        self.options: Mapping[str, Any] = options or {}
+
+    @abstractmethod
+    def infer(self, direction: Direction, head: bytes, conn: ConnInfo) -> Role | None:
+        """Is this connection mine, judging by its first bytes in `direction`? Return the
+        traced process's role, or None when it is not."""
+
+    def new_state(self, conn: ConnInfo) -> ParserState:
+        return ParserState(conn)
+
+    @abstractmethod
+    def parse(
+        self, direction: Direction, buf: memoryview, state: ParserState
+    ) -> tuple[ParseResult, Frame | None, int]: ...
+
+    @abstractmethod
+    def resync(self, direction: Direction, buf: memoryview, state: ParserState) -> int | None: ...
+
+    def finish(self, direction: Direction, state: ParserState) -> Frame | None:
+        return None
+
+    @abstractmethod
+    def stitch(self, state: ParserState, now_ns: int) -> list[Record]:
+        """Consume matched frames from state.frames; expire the ones waiting too long."""
+
+    @abstractmethod
+    def to_spans(self, record: Record, conn: ConnInfo) -> list[NeutralSpan]: ...
