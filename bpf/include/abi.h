@@ -1,0 +1,126 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Every struct and enum shared between the BPF programs and user space; nothing else.
+ * otel_ebpf/kernel/abi.py mirrors this file; a unit test checks the two agree. */
+#ifndef OTEL_EBPF_ABI_H
+#define OTEL_EBPF_ABI_H
+
+#define ABI_VERSION 1
+#define MAX_CAPTURE 65536 /* largest payload prefix captured per message (power of two) */
+#define MAX_TARGETS 1024  /* entries in each target-selection map */
+#define COMM_LEN 16
+#define MAX_IOV 16        /* iovec entries walked per readv/writev/sendmsg/recvmsg */
+#define MAX_MMSG 8        /* messages walked per sendmmsg/recvmmsg */
+
+enum event_type {
+	EV_CONN_OPEN = 1,
+	EV_CONN_CLOSE = 2,
+	EV_DATA = 3,
+	EV_PROC_EXIT = 4,
+};
+
+enum direction {
+	DIR_EGRESS = 0,  /* the process wrote the bytes */
+	DIR_INGRESS = 1, /* the process read the bytes */
+};
+
+enum conn_role {
+	ROLE_UNKNOWN = 0,
+	ROLE_CLIENT = 1, /* we saw connect() */
+	ROLE_SERVER = 2, /* we saw accept() */
+};
+
+enum conn_flags {
+	CONN_F_STREAM = 1 << 0,   /* SOCK_STREAM (else datagram) */
+	CONN_F_UNIX = 1 << 1,     /* AF_UNIX */
+	CONN_F_TCP = 1 << 2,      /* IPPROTO_TCP: tcp_seq fields are meaningful */
+	CONN_F_PREEXISTING = 1 << 3, /* first seen on data, not on connect/accept */
+};
+
+enum data_flags {
+	DATA_F_TRUNCATED = 1 << 0, /* msg_len > captured_len */
+	DATA_F_HAS_PEER = 1 << 1,  /* peer holds the datagram's source or destination */
+};
+
+/* Counters in the per-CPU `counters` array, by index. */
+enum counter_idx {
+	CNT_RINGBUF_DROPS = 0,  /* bpf_ringbuf_output failed: the ring was full */
+	CNT_TRUNCATED = 1,      /* messages longer than the capture size */
+	CNT_CONN_OPENED = 2,
+	CNT_CONN_CLOSED = 3,
+	CNT_DATA_EVENTS = 4,
+	CNT_IOV_LIMIT = 5,      /* iovec or mmsg entries beyond MAX_IOV/MAX_MMSG not captured */
+	CNT_MAX = 8,
+};
+
+struct addr {
+	__u8 bytes[16]; /* IPv4 in the first 4 bytes; IPv6 whole */
+	__u16 port;     /* host byte order */
+	__u16 family;   /* AF_INET, AF_INET6, AF_UNIX or 0 */
+	__u32 _pad;
+};
+
+/* Identifies one socket of one process for its whole life. */
+struct conn_key {
+	__u32 pid; /* tgid */
+	__s32 fd;
+	__u64 gen; /* bpf_ktime_get_ns() when first seen: fd reuse never merges two */
+};
+
+struct event_header {
+	__u8 type;
+	__u8 _pad[3];
+	__u32 tid;
+	__u64 ts_ns;
+};
+
+struct conn_open_event {
+	struct event_header hdr;
+	struct conn_key key;
+	struct addr local;
+	struct addr remote;
+	__u32 role;
+	__u32 flags;
+	char comm[COMM_LEN];
+};
+
+struct conn_close_event {
+	struct event_header hdr;
+	struct conn_key key;
+	__u64 bytes_sent;
+	__u64 bytes_recv;
+};
+
+struct data_event {
+	struct event_header hdr; /* ts_ns: syscall entry */
+	struct conn_key key;
+	__u64 exit_ns;           /* syscall return */
+	__u64 pos;               /* bytes in this direction before this message */
+	__u32 msg_len;           /* bytes the syscall moved */
+	__u32 captured_len;      /* bytes of payload that follow this header */
+	__u32 tcp_seq;           /* TCP sequence number of the first byte (CONN_F_TCP) */
+	__u8 direction;
+	__u8 flags;
+	__u16 _pad;
+	struct addr peer;        /* DATA_F_HAS_PEER: datagram source/destination */
+	/* payload follows */
+};
+
+struct proc_exit_event {
+	struct event_header hdr;
+	__u32 pid;
+	__u32 _pad;
+};
+
+/* Settings written into .rodata before load; one struct so user space mirrors it exactly. */
+struct agent_config {
+	__u32 abi_version;
+	__u32 agent_pid;        /* never trace this tgid */
+	__u32 capture_max;      /* payload bytes per message, <= MAX_CAPTURE */
+	__u32 filter_pids;      /* nonzero: target_pids map is a filter */
+	__u32 filter_comms;     /* nonzero: target_comms map is a filter */
+	__u32 filter_ports;     /* nonzero: target_ports map is a filter */
+	__u32 wakeup_bytes;     /* force a wake-up when the ring holds more than this */
+	__u32 _pad;
+};
+
+#endif

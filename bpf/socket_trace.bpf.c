@@ -1,0 +1,616 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Socket capture from syscall tracepoints: connections (connect/accept/close) and the
+ * bytes every read/write-family call moves on them, with stream positions and TCP
+ * sequence numbers, into one ring buffer. CO-RE: no kernel headers on the target. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+#include "abi.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define AF_UNIX 1
+#define AF_INET 2
+#define AF_INET6 10
+#define SOCK_STREAM 1
+#define SOCK_DGRAM 2
+#define S_IFMT 00170000
+#define S_IFSOCK 0140000
+#define EINPROGRESS 115
+
+const volatile struct agent_config cfg = {};
+
+/* What the kernel keeps per traced socket. Keyed by tgid << 32 | fd. */
+struct conn_state {
+	struct conn_key key;
+	__u64 sk;        /* struct sock address: detects fd reuse we did not see close */
+	__u64 pos[2];    /* bytes moved so far, by direction */
+	__u32 flags;     /* conn_flags */
+	__u32 traced;    /* 0: seen but not selected by the targets */
+};
+
+enum arg_kind { ARG_BUF = 1, ARG_IOV = 2, ARG_MSG = 3, ARG_MMSG = 4, ARG_CONNECT = 5 };
+
+/* A syscall's arguments, from its enter tracepoint to its exit tracepoint. */
+struct syscall_args {
+	__u64 enter_ns;
+	__u64 ptr;      /* buffer, iovec array, msghdr or mmsghdr array */
+	__u64 addr;     /* sockaddr of sendto/recvfrom */
+	__s32 fd;
+	__u32 kind;     /* arg_kind */
+	__u32 count;    /* iovcnt or vlen */
+	__u32 _pad;
+};
+
+struct scratch {
+	struct data_event ev;
+	__u8 payload[2 * MAX_CAPTURE]; /* twice: iovec copies are bounded per piece */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536); /* set from config before load */
+	__type(key, __u64);
+	__type(value, struct conn_state);
+} conns SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct syscall_args);
+} inflight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 << 20); /* set from config before load */
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); /* one per possible CPU, set before load */
+	__type(key, __u32);
+	__type(value, struct scratch);
+} scratch_buf SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_TARGETS);
+	__type(key, __u32);
+	__type(value, __u8);
+} target_pids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_TARGETS);
+	__type(key, char[COMM_LEN]);
+	__type(value, __u8);
+} target_comms SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_TARGETS);
+	__type(key, __u16);
+	__type(value, __u8);
+} target_ports SEC(".maps");
+
+static __always_inline void count(__u32 idx, __u64 n)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
+	if (v)
+		*v += n;
+}
+
+/* Wake the reader only when the ring fills past the threshold: each wake-up costs the
+ * producer more than the copy itself, and the reader polls on a timer anyway. */
+static __always_inline __u64 wakeup_flags(void)
+{
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	return avail >= cfg.wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
+/* min(v, max) in a form the verifier sees: clang may drop a plain clamp it can prove
+ * redundant, leaving the verifier with an unbounded size. */
+static __always_inline __u64 bounded(__u64 v, const __u64 max)
+{
+	asm volatile("if %[v] <= %[max] goto +1; %[v] = %[max]"
+		     : [v] "+r"(v)
+		     : [max] "i"(max));
+	return v;
+}
+
+static __always_inline __u64 conn_map_key(__u32 tgid, int fd)
+{
+	return ((__u64)tgid << 32) | (__u32)fd;
+}
+
+/* fd -> struct socket, or NULL when the fd is not a socket. */
+static __always_inline struct socket *fd_to_socket(int fd)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	if (!fdt || fd < 0 || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
+		return NULL;
+	struct file **fds = BPF_CORE_READ(fdt, fd);
+	struct file *file = NULL;
+	bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]);
+	if (!file)
+		return NULL;
+	umode_t mode = BPF_CORE_READ(file, f_inode, i_mode);
+	if ((mode & S_IFMT) != S_IFSOCK)
+		return NULL;
+	return (struct socket *)BPF_CORE_READ(file, private_data);
+}
+
+/* Families and types we trace: TCP and UDP over IPv4/IPv6, Unix stream sockets. */
+static __always_inline __u32 socket_flags(struct socket *sock, struct sock *sk, bool *ok)
+{
+	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	__u16 type = BPF_CORE_READ(sock, type);
+	*ok = false;
+	if (family == AF_UNIX) {
+		*ok = type == SOCK_STREAM;
+		return CONN_F_UNIX | CONN_F_STREAM;
+	}
+	if (family != AF_INET && family != AF_INET6)
+		return 0;
+	if (type == SOCK_STREAM) {
+		*ok = true;
+		return CONN_F_STREAM | CONN_F_TCP;
+	}
+	*ok = type == SOCK_DGRAM;
+	return 0;
+}
+
+static __always_inline void sock_addrs(struct sock *sk, struct addr *local, struct addr *remote)
+{
+	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	local->family = remote->family = family;
+	if (family == AF_INET) {
+		__u32 l = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
+		__u32 r = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+		__builtin_memcpy(local->bytes, &l, 4);
+		__builtin_memcpy(remote->bytes, &r, 4);
+	} else if (family == AF_INET6) {
+		BPF_CORE_READ_INTO((struct in6_addr *)local->bytes, sk, __sk_common.skc_v6_rcv_saddr);
+		BPF_CORE_READ_INTO((struct in6_addr *)remote->bytes, sk, __sk_common.skc_v6_daddr);
+	} else {
+		return;
+	}
+	local->port = BPF_CORE_READ(sk, __sk_common.skc_num);
+	remote->port = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+}
+
+/* Is this process, or one of its ancestors, selected? Walked up a few generations so
+ * that workers forked by a selected server (gunicorn, uvicorn --workers) are selected. */
+static __always_inline bool pid_selected(void)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		__u32 tgid = BPF_CORE_READ(task, tgid);
+		if (bpf_map_lookup_elem(&target_pids, &tgid))
+			return true;
+		task = BPF_CORE_READ(task, real_parent);
+		if (!task)
+			break;
+	}
+	return false;
+}
+
+static __always_inline bool is_target(struct addr *local, struct addr *remote)
+{
+	if (!cfg.filter_pids && !cfg.filter_comms && !cfg.filter_ports)
+		return true;
+	if (cfg.filter_pids && pid_selected())
+		return true;
+	if (cfg.filter_comms) {
+		char comm[COMM_LEN] = {};
+		bpf_get_current_comm(comm, sizeof(comm));
+		if (bpf_map_lookup_elem(&target_comms, comm))
+			return true;
+	}
+	if (cfg.filter_ports &&
+	    (bpf_map_lookup_elem(&target_ports, &local->port) ||
+	     bpf_map_lookup_elem(&target_ports, &remote->port)))
+		return true;
+	return false;
+}
+
+static __always_inline void emit_close(struct conn_state *st)
+{
+	if (!st->traced)
+		return;
+	struct conn_close_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+	if (!ev) {
+		count(CNT_RINGBUF_DROPS, 1);
+		return;
+	}
+	ev->hdr.type = EV_CONN_CLOSE;
+	ev->hdr.tid = (__u32)bpf_get_current_pid_tgid();
+	ev->hdr.ts_ns = bpf_ktime_get_ns();
+	ev->key = st->key;
+	ev->bytes_sent = st->pos[DIR_EGRESS];
+	ev->bytes_recv = st->pos[DIR_INGRESS];
+	bpf_ringbuf_submit(ev, wakeup_flags());
+	count(CNT_CONN_CLOSED, 1);
+}
+
+/* The connection state of (tgid, fd), created when new or when the fd now names another
+ * socket. `role` is the role learned from connect/accept, or ROLE_UNKNOWN on first data.
+ * Returns NULL for sockets we do not trace. */
+static __always_inline struct conn_state *get_conn(int fd, struct socket *sock, __u32 role,
+						   bool fresh)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 mkey = conn_map_key(tgid, fd);
+	struct sock *sk = BPF_CORE_READ(sock, sk);
+	if (!sk)
+		return NULL;
+	struct conn_state *st = bpf_map_lookup_elem(&conns, &mkey);
+	if (st && st->sk == (__u64)sk && !fresh)
+		return st->traced ? st : NULL;
+	if (st) {
+		emit_close(st);
+		bpf_map_delete_elem(&conns, &mkey);
+	}
+
+	bool ok;
+	__u32 flags = socket_flags(sock, sk, &ok);
+	if (!ok)
+		return NULL;
+	struct conn_open_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+	if (!ev) {
+		count(CNT_RINGBUF_DROPS, 1);
+		return NULL;
+	}
+	__builtin_memset(&ev->local, 0, sizeof(ev->local));
+	__builtin_memset(&ev->remote, 0, sizeof(ev->remote));
+	sock_addrs(sk, &ev->local, &ev->remote);
+
+	struct conn_state new_st = {};
+	new_st.key.pid = tgid;
+	new_st.key.fd = fd;
+	new_st.key.gen = bpf_ktime_get_ns();
+	new_st.sk = (__u64)sk;
+	new_st.flags = flags | (role == ROLE_UNKNOWN ? CONN_F_PREEXISTING : 0);
+	new_st.traced = is_target(&ev->local, &ev->remote);
+	bpf_map_update_elem(&conns, &mkey, &new_st, BPF_ANY);
+
+	if (!new_st.traced) {
+		bpf_ringbuf_discard(ev, BPF_RB_NO_WAKEUP);
+		return NULL;
+	}
+	ev->hdr.type = EV_CONN_OPEN;
+	ev->hdr.tid = (__u32)bpf_get_current_pid_tgid();
+	ev->hdr.ts_ns = new_st.key.gen;
+	ev->key = new_st.key;
+	ev->role = role;
+	ev->flags = new_st.flags;
+	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
+	bpf_ringbuf_submit(ev, wakeup_flags());
+	count(CNT_CONN_OPENED, 1);
+	return bpf_map_lookup_elem(&conns, &mkey);
+}
+
+/* ---- syscall enter: remember the arguments ---------------------------------------- */
+
+static __always_inline int remember(int fd, __u64 ptr, __u64 addr, __u32 kind, __u32 cnt)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	if (tgid == cfg.agent_pid)
+		return 0;
+	__u64 mkey = conn_map_key(tgid, fd);
+	struct conn_state *st = bpf_map_lookup_elem(&conns, &mkey);
+	/* Known and not selected: nothing to do. Unknown: only sockets are worth the exit. */
+	if (st && !st->traced && kind != ARG_CONNECT)
+		return 0;
+	if (!st && !fd_to_socket(fd))
+		return 0;
+	struct syscall_args a = {
+		.enter_ns = bpf_ktime_get_ns(), .ptr = ptr, .addr = addr,
+		.fd = fd, .kind = kind, .count = cnt,
+	};
+	bpf_map_update_elem(&inflight, &id, &a, BPF_ANY);
+	return 0;
+}
+
+#define ENTER(name, kind, ptr_arg, addr_expr, cnt_expr)                                \
+	SEC("tracepoint/syscalls/sys_enter_" #name)                                     \
+	int enter_##name(struct trace_event_raw_sys_enter *ctx)                         \
+	{                                                                               \
+		return remember((int)ctx->args[0], ctx->args[ptr_arg], addr_expr, kind, \
+				cnt_expr);                                              \
+	}
+
+ENTER(read, ARG_BUF, 1, 0, 0)
+ENTER(write, ARG_BUF, 1, 0, 0)
+ENTER(readv, ARG_IOV, 1, 0, (__u32)ctx->args[2])
+ENTER(writev, ARG_IOV, 1, 0, (__u32)ctx->args[2])
+ENTER(sendto, ARG_BUF, 1, ctx->args[4], 0)
+ENTER(recvfrom, ARG_BUF, 1, ctx->args[4], 0)
+ENTER(sendmsg, ARG_MSG, 1, 0, 0)
+ENTER(recvmsg, ARG_MSG, 1, 0, 0)
+ENTER(sendmmsg, ARG_MMSG, 1, 0, (__u32)ctx->args[2])
+ENTER(recvmmsg, ARG_MMSG, 1, 0, (__u32)ctx->args[2])
+ENTER(connect, ARG_CONNECT, 1, 0, 0)
+
+/* ---- syscall exit: emit what moved ------------------------------------------------- */
+
+static __always_inline void read_sockaddr(__u64 uaddr, struct addr *out)
+{
+	__u16 family = 0;
+	if (!uaddr || bpf_probe_read_user(&family, sizeof(family), (void *)uaddr))
+		return;
+	if (family == AF_INET) {
+		struct sockaddr_in sin = {};
+		bpf_probe_read_user(&sin, sizeof(sin), (void *)uaddr);
+		__builtin_memcpy(out->bytes, &sin.sin_addr, 4);
+		out->port = bpf_ntohs(sin.sin_port);
+		out->family = AF_INET;
+	} else if (family == AF_INET6) {
+		struct sockaddr_in6 sin6 = {};
+		bpf_probe_read_user(&sin6, sizeof(sin6), (void *)uaddr);
+		__builtin_memcpy(out->bytes, &sin6.sin6_addr, 16);
+		out->port = bpf_ntohs(sin6.sin6_port);
+		out->family = AF_INET6;
+	}
+}
+
+/* Copy up to `cap` bytes gathered from an iovec array into the scratch payload. */
+static __always_inline __u32 copy_iov(struct scratch *s, __u64 iov_ptr, __u32 iovcnt, __u32 cap)
+{
+	__u32 off = 0;
+	if (iovcnt > MAX_IOV) {
+		count(CNT_IOV_LIMIT, 1);
+		iovcnt = MAX_IOV;
+	}
+	for (__u32 i = 0; i < MAX_IOV; i++) {
+		if (i >= iovcnt || off >= cap)
+			break;
+		struct iovec iov = {};
+		if (bpf_probe_read_user(&iov, sizeof(iov), (void *)(iov_ptr + i * sizeof(iov))))
+			break;
+		__u32 n = cap - off;
+		if (iov.iov_len < n)
+			n = iov.iov_len;
+		/* off < cap <= MAX_CAPTURE and n <= cap - off, but the verifier cannot follow
+		 * that: restate both bounds where it can see them. */
+		off &= MAX_CAPTURE - 1;
+		n = bounded(n, MAX_CAPTURE);
+		if (bpf_probe_read_user(&s->payload[off], n, iov.iov_base))
+			break;
+		off += n;
+	}
+	return off;
+}
+
+/* Emit one data event of `len` bytes for the connection; the payload comes from a plain
+ * buffer (buf) or an iovec array (iov, iovcnt). */
+static __always_inline void emit_data(struct conn_state *st, struct syscall_args *a, __u8 dir,
+				      __u64 len, __u64 buf, __u64 iov, __u32 iovcnt,
+				      struct addr *peer, __u32 tcp_seq)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &cpu);
+	if (!s)
+		return;
+	struct data_event *ev = &s->ev;
+	__u32 cap = len < cfg.capture_max ? len : cfg.capture_max;
+	cap = bounded(cap, MAX_CAPTURE);
+
+	ev->hdr.type = EV_DATA;
+	ev->hdr.tid = (__u32)bpf_get_current_pid_tgid();
+	ev->hdr.ts_ns = a->enter_ns;
+	ev->exit_ns = bpf_ktime_get_ns();
+	ev->key = st->key;
+	ev->direction = dir;
+	ev->msg_len = len;
+	ev->flags = 0;
+	ev->tcp_seq = tcp_seq;
+	if (peer) {
+		ev->peer = *peer;
+		ev->flags |= peer->family ? DATA_F_HAS_PEER : 0;
+	} else {
+		__builtin_memset(&ev->peer, 0, sizeof(ev->peer));
+	}
+	dir &= 1;
+	ev->pos = st->pos[dir];
+	st->pos[dir] += len;
+
+	__u32 got;
+	if (iov) {
+		got = copy_iov(s, iov, iovcnt, cap);
+	} else {
+		got = cap;
+		if (bpf_probe_read_user(s->payload, cap, (void *)buf))
+			got = 0;
+	}
+	got = bounded(got, MAX_CAPTURE);
+	ev->captured_len = got;
+	if (got < len) {
+		ev->flags |= DATA_F_TRUNCATED;
+		count(CNT_TRUNCATED, 1);
+	}
+	if (bpf_ringbuf_output(&events, ev, sizeof(*ev) + got, wakeup_flags()))
+		count(CNT_RINGBUF_DROPS, 1);
+	else
+		count(CNT_DATA_EVENTS, 1);
+}
+
+/* TCP sequence number of the first byte a call moved. Both counters have already moved
+ * past the call's bytes on exit. */
+static __always_inline __u32 tcp_seq_of(struct conn_state *st, struct sock *sk, __u8 dir,
+					 __u64 len)
+{
+	if (!(st->flags & CONN_F_TCP))
+		return 0;
+	struct tcp_sock *tp = (struct tcp_sock *)sk;
+	__u32 seq = dir == DIR_EGRESS ? BPF_CORE_READ(tp, write_seq) : BPF_CORE_READ(tp, copied_seq);
+	return seq - (__u32)len;
+}
+
+static __always_inline int on_exit(struct trace_event_raw_sys_exit *ctx, __u8 dir)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct syscall_args *ap = bpf_map_lookup_elem(&inflight, &id);
+	if (!ap)
+		return 0;
+	struct syscall_args a = *ap;
+	bpf_map_delete_elem(&inflight, &id);
+	long ret = ctx->ret;
+	if (ret <= 0)
+		return 0;
+	struct socket *sock = fd_to_socket(a.fd);
+	if (!sock)
+		return 0;
+	struct conn_state *st = get_conn(a.fd, sock, ROLE_UNKNOWN, false);
+	if (!st)
+		return 0;
+	__u32 seq = tcp_seq_of(st, BPF_CORE_READ(sock, sk), dir, ret);
+	bool datagram = !(st->flags & CONN_F_STREAM);
+	struct addr peer = {};
+
+	switch (a.kind) {
+	case ARG_BUF:
+		if (datagram)
+			read_sockaddr(a.addr, &peer);
+		emit_data(st, &a, dir, ret, a.ptr, 0, 0, datagram ? &peer : NULL, seq);
+		break;
+	case ARG_IOV:
+		emit_data(st, &a, dir, ret, 0, a.ptr, a.count, NULL, seq);
+		break;
+	case ARG_MSG: {
+		struct user_msghdr msg = {};
+		if (bpf_probe_read_user(&msg, sizeof(msg), (void *)a.ptr))
+			return 0;
+		if (datagram)
+			read_sockaddr((__u64)msg.msg_name, &peer);
+		emit_data(st, &a, dir, ret, 0, (__u64)msg.msg_iov, msg.msg_iovlen,
+			  datagram ? &peer : NULL, seq);
+		break;
+	}
+	case ARG_MMSG: {
+		/* One event per datagram: ret is the number of messages moved. */
+		__u32 n = ret < a.count ? ret : a.count;
+		if (n > MAX_MMSG) {
+			count(CNT_IOV_LIMIT, 1);
+			n = MAX_MMSG;
+		}
+		for (__u32 i = 0; i < MAX_MMSG; i++) {
+			if (i >= n)
+				break;
+			struct mmsghdr mm = {};
+			if (bpf_probe_read_user(&mm, sizeof(mm),
+						(void *)(a.ptr + i * sizeof(struct mmsghdr))))
+				break;
+			struct addr p = {};
+			read_sockaddr((__u64)mm.msg_hdr.msg_name, &p);
+			emit_data(st, &a, dir, mm.msg_len, 0, (__u64)mm.msg_hdr.msg_iov,
+				  mm.msg_hdr.msg_iovlen, &p, 0);
+		}
+		return 0;
+	}
+	default:
+		return 0;
+	}
+	return 0;
+}
+
+#define EXIT(name, dir)                                               \
+	SEC("tracepoint/syscalls/sys_exit_" #name)                     \
+	int exit_##name(struct trace_event_raw_sys_exit *ctx)          \
+	{                                                              \
+		return on_exit(ctx, dir);                              \
+	}
+
+EXIT(read, DIR_INGRESS)
+EXIT(write, DIR_EGRESS)
+EXIT(readv, DIR_INGRESS)
+EXIT(writev, DIR_EGRESS)
+EXIT(sendto, DIR_EGRESS)
+EXIT(recvfrom, DIR_INGRESS)
+EXIT(sendmsg, DIR_EGRESS)
+EXIT(recvmsg, DIR_INGRESS)
+EXIT(sendmmsg, DIR_EGRESS)
+EXIT(recvmmsg, DIR_INGRESS)
+
+/* ---- connection lifecycle --------------------------------------------------------- */
+
+SEC("tracepoint/syscalls/sys_exit_connect")
+int exit_connect(struct trace_event_raw_sys_exit *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct syscall_args *ap = bpf_map_lookup_elem(&inflight, &id);
+	if (!ap)
+		return 0;
+	int fd = ap->fd;
+	bpf_map_delete_elem(&inflight, &id);
+	if (ctx->ret != 0 && ctx->ret != -EINPROGRESS)
+		return 0;
+	struct socket *sock = fd_to_socket(fd);
+	if (sock)
+		get_conn(fd, sock, ROLE_CLIENT, true);
+	return 0;
+}
+
+static __always_inline int on_accept_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if ((id >> 32) == cfg.agent_pid || ctx->ret < 0)
+		return 0;
+	int fd = ctx->ret;
+	struct socket *sock = fd_to_socket(fd);
+	if (sock)
+		get_conn(fd, sock, ROLE_SERVER, true);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_accept")
+int exit_accept(struct trace_event_raw_sys_exit *ctx) { return on_accept_exit(ctx); }
+
+SEC("tracepoint/syscalls/sys_exit_accept4")
+int exit_accept4(struct trace_event_raw_sys_exit *ctx) { return on_accept_exit(ctx); }
+
+SEC("tracepoint/syscalls/sys_enter_close")
+int enter_close(struct trace_event_raw_sys_enter *ctx)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 mkey = conn_map_key(tgid, (int)ctx->args[0]);
+	struct conn_state *st = bpf_map_lookup_elem(&conns, &mkey);
+	if (!st)
+		return 0;
+	emit_close(st);
+	bpf_map_delete_elem(&conns, &mkey);
+	return 0;
+}
+
+/* A process is gone: user space closes all its connections (the kernel map is LRU). */
+SEC("tracepoint/sched/sched_process_exit")
+int on_process_exit(void *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if ((__u32)id != (id >> 32) || (id >> 32) == cfg.agent_pid)
+		return 0; /* a thread, not the process */
+	struct proc_exit_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+	if (!ev) {
+		count(CNT_RINGBUF_DROPS, 1);
+		return 0;
+	}
+	ev->hdr.type = EV_PROC_EXIT;
+	ev->hdr.tid = (__u32)id;
+	ev->hdr.ts_ns = bpf_ktime_get_ns();
+	ev->pid = id >> 32;
+	ev->_pad = 0;
+	bpf_ringbuf_submit(ev, wakeup_flags());
+	return 0;
+}

@@ -1,0 +1,1 @@
+"""The only code that touches libbpf: binding, loader, ring buffer, ABI."""

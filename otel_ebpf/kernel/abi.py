@@ -1,0 +1,199 @@
+"""bpf/include/abi.h in Python: record layouts, and decoding into frozen event objects.
+
+tests/unit/test_abi.py compiles abi.h with the host compiler and checks every size and
+offset here against it, so the two cannot drift apart silently.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import struct
+from dataclasses import dataclass
+
+from otel_ebpf.protocols.base import Direction, Role
+
+ABI_VERSION = 1
+MAX_CAPTURE = 65536
+MAX_TARGETS = 1024
+COMM_LEN = 16
+
+EV_CONN_OPEN, EV_CONN_CLOSE, EV_DATA, EV_PROC_EXIT = 1, 2, 3, 4
+
+CONN_F_STREAM, CONN_F_UNIX, CONN_F_TCP, CONN_F_PREEXISTING = 1, 2, 4, 8
+DATA_F_TRUNCATED, DATA_F_HAS_PEER = 1, 2
+
+# enum counter_idx
+COUNTER_NAMES = {
+    0: "ringbuf_drops",
+    1: "truncated",
+    2: "conn_opened",
+    3: "conn_closed",
+    4: "data_events",
+    5: "iov_limit",
+}
+CNT_MAX = 8
+
+HEADER = struct.Struct("<B3xIQ")  # type, tid, ts_ns
+KEY = struct.Struct("<IiQ")  # pid, fd, gen
+ADDR = struct.Struct("<16sHH4x")  # bytes, port, family
+CONN_OPEN = struct.Struct("<B3xIQ" + "IiQ" + "16sHH4x" * 2 + "II16s")
+CONN_CLOSE = struct.Struct("<B3xIQ" + "IiQ" + "QQ")
+DATA = struct.Struct("<B3xIQ" + "IiQ" + "QQIIIBBxx" + "16sHH4x")
+PROC_EXIT = struct.Struct("<B3xIQ" + "I4x")
+AGENT_CONFIG = struct.Struct("<8I")  # struct agent_config
+
+AF_NAMES = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6", socket.AF_UNIX: "unix"}
+
+
+def format_addr(raw: bytes, family: int) -> str:
+    """Text form of an address; IPv4-mapped IPv6 addresses are shown as IPv4."""
+    if family == socket.AF_INET:
+        return socket.inet_ntop(socket.AF_INET, raw[:4])
+    if family == socket.AF_INET6:
+        ip = ipaddress.IPv6Address(raw)
+        return str(ip.ipv4_mapped) if ip.ipv4_mapped else str(ip)
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class ConnOpen:
+    key: tuple[int, int, int]  # (pid, fd, gen)
+    ts_ns: int
+    tid: int
+    role: Role
+    flags: int
+    family: int
+    local_addr: str
+    local_port: int
+    remote_addr: str
+    remote_port: int
+    comm: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConnClose:
+    key: tuple[int, int, int]
+    ts_ns: int
+    bytes_sent: int
+    bytes_recv: int
+
+
+@dataclass(frozen=True, slots=True)
+class DataEvent:
+    key: tuple[int, int, int]
+    tid: int
+    enter_ns: int
+    exit_ns: int
+    direction: Direction
+    pos: int  # stream position of the first byte
+    msg_len: int  # bytes the syscall moved; len(payload) may be less
+    tcp_seq: int  # meaningful for TCP connections only
+    payload: bytes
+    peer: tuple[str, int] | None  # datagram source or destination
+
+    @property
+    def truncated(self) -> bool:
+        return len(self.payload) < self.msg_len
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessExit:
+    pid: int
+    ts_ns: int
+
+
+Event = ConnOpen | ConnClose | DataEvent | ProcessExit
+
+
+def _decode_open(buf: bytes) -> ConnOpen:
+    (_, tid, ts, pid, fd, gen, lraw, lport, lfam, rraw, rport, rfam, role, flags, comm) = (
+        CONN_OPEN.unpack_from(buf)
+    )
+    return ConnOpen(
+        key=(pid, fd, gen),
+        ts_ns=ts,
+        tid=tid,
+        role=Role(role) if role in (0, 1, 2) else Role.UNKNOWN,
+        flags=flags,
+        family=lfam or rfam,
+        local_addr=format_addr(lraw, lfam),
+        local_port=lport,
+        remote_addr=format_addr(rraw, rfam),
+        remote_port=rport,
+        comm=comm.split(b"\0", 1)[0].decode(errors="replace"),
+    )
+
+
+def _decode_close(buf: bytes) -> ConnClose:
+    _, _, ts, pid, fd, gen, sent, recv = CONN_CLOSE.unpack_from(buf)
+    return ConnClose(key=(pid, fd, gen), ts_ns=ts, bytes_sent=sent, bytes_recv=recv)
+
+
+def _decode_data(buf: bytes) -> DataEvent:
+    (_, tid, enter, pid, fd, gen, exit_ns, pos, msg_len, captured, seq, direction, flags,
+     praw, pport, pfam) = DATA.unpack_from(buf)
+    peer = (format_addr(praw, pfam), pport) if flags & DATA_F_HAS_PEER else None
+    return DataEvent(
+        key=(pid, fd, gen),
+        tid=tid,
+        enter_ns=enter,
+        exit_ns=exit_ns,
+        direction=Direction(direction & 1),
+        pos=pos,
+        msg_len=msg_len,
+        tcp_seq=seq,
+        payload=bytes(buf[DATA.size : DATA.size + captured]),
+        peer=peer,
+    )
+
+
+def _decode_exit(buf: bytes) -> ProcessExit:
+    _, _, ts, pid = PROC_EXIT.unpack_from(buf)
+    return ProcessExit(pid=pid, ts_ns=ts)
+
+
+_DECODERS = {
+    EV_CONN_OPEN: (CONN_OPEN.size, _decode_open),
+    EV_CONN_CLOSE: (CONN_CLOSE.size, _decode_close),
+    EV_DATA: (DATA.size, _decode_data),
+    EV_PROC_EXIT: (PROC_EXIT.size, _decode_exit),
+}
+
+
+class BadRecord(ValueError):
+    pass
+
+
+def decode(buf: bytes) -> Event:
+    """One ring-buffer record -> one event. Raises BadRecord on a malformed record."""
+    if not buf:
+        raise BadRecord("empty record")
+    entry = _DECODERS.get(buf[0])
+    if entry is None:
+        raise BadRecord(f"unknown event type {buf[0]}")
+    size, fn = entry
+    if len(buf) < size:
+        raise BadRecord(f"record of type {buf[0]} is {len(buf)} bytes, expected >= {size}")
+    return fn(buf)
+
+
+def pack_agent_config(
+    *,
+    agent_pid: int,
+    capture_max: int,
+    filter_pids: bool,
+    filter_comms: bool,
+    filter_ports: bool,
+    wakeup_bytes: int,
+) -> bytes:
+    return AGENT_CONFIG.pack(
+        ABI_VERSION,
+        agent_pid,
+        capture_max,
+        int(filter_pids),
+        int(filter_comms),
+        int(filter_ports),
+        wakeup_bytes,
+        0,
+    )

@@ -1,0 +1,128 @@
+"""A small ctypes binding over libbpf 1.x: the only functions the agent calls, typed once."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import threading
+from collections import deque
+
+c_void_p = ctypes.c_void_p
+c_char_p = ctypes.c_char_p
+c_int = ctypes.c_int
+c_size_t = ctypes.c_size_t
+
+
+class LibbpfMissing(RuntimeError):
+    pass
+
+
+def _load() -> ctypes.CDLL:
+    for name in ("libbpf.so.1", ctypes.util.find_library("bpf") or ""):
+        if not name:
+            continue
+        try:
+            return ctypes.CDLL(name, use_errno=True)
+        except OSError:
+            continue
+    raise LibbpfMissing(
+        "libbpf.so.1 not found: install it (Debian/Ubuntu: apt-get install libbpf1)"
+    )
+
+
+lib = _load()
+
+# (restype, argtypes) per function. Pointers to libbpf objects stay opaque (c_void_p).
+_SIGNATURES: dict[str, tuple[object, list[object]]] = {
+    "libbpf_major_version": (ctypes.c_uint32, []),
+    "libbpf_minor_version": (ctypes.c_uint32, []),
+    "libbpf_num_possible_cpus": (c_int, []),
+    "libbpf_set_print": (c_void_p, [c_void_p]),
+    "bpf_object__open_file": (c_void_p, [c_char_p, c_void_p]),
+    "bpf_object__load": (c_int, [c_void_p]),
+    "bpf_object__close": (None, [c_void_p]),
+    "bpf_object__find_map_by_name": (c_void_p, [c_void_p, c_char_p]),
+    "bpf_object__find_program_by_name": (c_void_p, [c_void_p, c_char_p]),
+    "bpf_object__next_program": (c_void_p, [c_void_p, c_void_p]),
+    "bpf_object__next_map": (c_void_p, [c_void_p, c_void_p]),
+    "bpf_program__name": (c_char_p, [c_void_p]),
+    "bpf_program__section_name": (c_char_p, [c_void_p]),
+    "bpf_program__set_autoload": (c_int, [c_void_p, ctypes.c_bool]),
+    "bpf_program__attach": (c_void_p, [c_void_p]),
+    "bpf_program__attach_tracepoint": (c_void_p, [c_void_p, c_char_p, c_char_p]),
+    "bpf_program__attach_uprobe": (
+        c_void_p,
+        [c_void_p, ctypes.c_bool, c_int, c_char_p, c_size_t],
+    ),
+    "bpf_program__attach_perf_event": (c_void_p, [c_void_p, c_int]),
+    "bpf_link__destroy": (c_int, [c_void_p]),
+    "bpf_map__name": (c_char_p, [c_void_p]),
+    "bpf_map__fd": (c_int, [c_void_p]),
+    "bpf_map__set_max_entries": (c_int, [c_void_p, ctypes.c_uint32]),
+    "bpf_map__max_entries": (ctypes.c_uint32, [c_void_p]),
+    "bpf_map__value_size": (ctypes.c_uint32, [c_void_p]),
+    "bpf_map__key_size": (ctypes.c_uint32, [c_void_p]),
+    "bpf_map__set_initial_value": (c_int, [c_void_p, c_void_p, c_size_t]),
+    "bpf_map__initial_value": (c_void_p, [c_void_p, ctypes.POINTER(c_size_t)]),
+    "bpf_map_update_elem": (c_int, [c_int, c_void_p, c_void_p, ctypes.c_uint64]),
+    "bpf_map_lookup_elem": (c_int, [c_int, c_void_p, c_void_p]),
+    "bpf_map_delete_elem": (c_int, [c_int, c_void_p]),
+    "ring_buffer__new": (c_void_p, [c_int, c_void_p, c_void_p, c_void_p]),
+    "ring_buffer__add": (c_int, [c_void_p, c_int, c_void_p, c_void_p]),
+    "ring_buffer__poll": (c_int, [c_void_p, c_int]),
+    "ring_buffer__consume": (c_int, [c_void_p]),
+    "ring_buffer__free": (None, [c_void_p]),
+}
+
+for _name, (_res, _args) in _SIGNATURES.items():
+    _fn = getattr(lib, _name)
+    _fn.restype = _res
+    _fn.argtypes = _args
+
+# libbpf calls this for every message it prints; we keep the last ones so a load error
+# can show the verifier's own words.
+PRINT_FN = ctypes.CFUNCTYPE(c_int, c_int, c_char_p, c_void_p)
+LIBBPF_WARN, LIBBPF_INFO, LIBBPF_DEBUG = 0, 1, 2
+
+_vsnprintf = ctypes.CDLL(None).vsnprintf
+_vsnprintf.restype = c_int
+_vsnprintf.argtypes = [c_char_p, c_size_t, c_char_p, c_void_p]
+
+
+class LibbpfLog:
+    """Collects libbpf's messages (verifier logs included), the last `keep` lines."""
+
+    def __init__(self, keep: int = 400) -> None:
+        self.lines: deque[str] = deque(maxlen=keep)
+        self._lock = threading.Lock()
+        self._buf = ctypes.create_string_buffer(4 << 20)  # verifier logs come in one piece
+
+        def _print(level: int, fmt: bytes, va_list: int) -> int:
+            with self._lock:
+                n = _vsnprintf(self._buf, len(self._buf), fmt, va_list)
+                text = self._buf.value.decode(errors="replace")
+                for line in text.splitlines():
+                    if line.strip():
+                        self.lines.append(line)
+            return max(n, 0)
+
+        self._callback = PRINT_FN(_print)  # kept alive as long as this object
+        lib.libbpf_set_print(ctypes.cast(self._callback, c_void_p))
+
+    def tail(self, n: int = 25) -> list[str]:
+        with self._lock:
+            return list(self.lines)[-n:]
+
+    def clear(self) -> None:
+        with self._lock:
+            self.lines.clear()
+
+
+def errno_text(err: int | None = None) -> str:
+    err = ctypes.get_errno() if err is None else err
+    return f"{os.strerror(err)} (errno {err})"
+
+
+def version() -> tuple[int, int]:
+    return lib.libbpf_major_version(), lib.libbpf_minor_version()

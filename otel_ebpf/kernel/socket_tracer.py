@@ -1,0 +1,115 @@
+"""The socket capture program (bpf/socket_trace.bpf.c): configure, load, attach, drain."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import abi
+from .libbpf import LibbpfLog, lib
+from .loader import BPFError, BPFObject, RingBuffer, check_btf, ensure_tracefs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CaptureSettings:
+    capture_max: int = 4096
+    ring_buffer_bytes: int = 16 << 20
+    wakeup_fill_percent: int = 50
+    max_connections: int = 65536
+    pids: tuple[int, ...] = ()
+    process_names: tuple[str, ...] = ()
+    ports: tuple[int, ...] = ()
+
+
+def matching_pids(names: Iterable[str], proc_root: str = "/proc") -> set[int]:
+    """Running processes whose argv[0] or argv[1] basename is one of `names` (so
+    `uvicorn` matches `python /venv/bin/uvicorn app:app`, whose comm is `python`)."""
+    wanted = set(names)
+    found: set[int] = set()
+    for entry in os.scandir(proc_root):
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = Path(entry.path, "cmdline").read_bytes().split(b"\0")[:2]
+        except OSError:
+            continue
+        if any(os.path.basename(a.decode(errors="replace")) in wanted for a in argv if a):
+            found.add(int(entry.name))
+    return found
+
+
+class SocketTracer:
+    """Loaded and attached socket capture; `poll()` returns decoded events."""
+
+    def __init__(self, settings: CaptureSettings, libbpf_log: LibbpfLog) -> None:
+        check_btf()
+        ensure_tracefs()
+        self.obj = BPFObject("socket_trace", libbpf_log)
+        try:
+            self._configure(settings)
+            self.obj.load()
+            self._select_targets(settings)
+            self.programs = self.obj.attach_all()
+            self.ring = RingBuffer([self.obj.map("events")])
+        except BaseException:
+            self.obj.close()
+            raise
+        self.counters = self.obj.map("counters")
+        self.bad_records = 0
+
+    def _configure(self, s: CaptureSettings) -> None:
+        if not 1 <= s.capture_max <= abi.MAX_CAPTURE:
+            raise BPFError(f"capture size {s.capture_max} is outside 1..{abi.MAX_CAPTURE}")
+        self.obj.set_max_entries("events", s.ring_buffer_bytes)
+        self.obj.set_max_entries("conns", s.max_connections)
+        self.obj.set_max_entries("scratch_buf", lib.libbpf_num_possible_cpus())
+        by_name = matching_pids(s.process_names) if s.process_names else set()
+        self._pids = set(s.pids) | by_name
+        self.obj.set_rodata(
+            abi.pack_agent_config(
+                agent_pid=os.getpid(),
+                capture_max=s.capture_max,
+                filter_pids=bool(self._pids) or bool(s.process_names),
+                filter_comms=bool(s.process_names),
+                filter_ports=bool(s.ports),
+                wakeup_bytes=s.ring_buffer_bytes * s.wakeup_fill_percent // 100,
+            )
+        )
+
+    def _select_targets(self, s: CaptureSettings) -> None:
+        one = b"\x01"
+        for pid in list(self._pids)[: abi.MAX_TARGETS]:
+            self.obj.map("target_pids").update(pid.to_bytes(4, "little"), one)
+        for name in s.process_names[: abi.MAX_TARGETS]:
+            key = name.encode()[: abi.COMM_LEN - 1].ljust(abi.COMM_LEN, b"\0")
+            self.obj.map("target_comms").update(key, one)
+        for port in s.ports[: abi.MAX_TARGETS]:
+            self.obj.map("target_ports").update(port.to_bytes(2, "little"), one)
+        if len(self._pids) > abi.MAX_TARGETS or len(s.ports) > abi.MAX_TARGETS:
+            log.warning("more than %d pids or ports selected; the rest are ignored",
+                        abi.MAX_TARGETS)
+
+    def poll(self, timeout_ms: int) -> list[abi.Event]:
+        events: list[abi.Event] = []
+        for record in self.ring.drain(timeout_ms):
+            try:
+                events.append(abi.decode(record))
+            except abi.BadRecord as exc:
+                self.bad_records += 1
+                log.debug("bad ring-buffer record: %s", exc)
+        return events
+
+    def kernel_counters(self) -> dict[str, list[int]]:
+        """The per-CPU counters of the BPF program, by name (one value per CPU)."""
+        return {
+            name: self.counters.lookup_percpu_u64(idx) for idx, name in abi.COUNTER_NAMES.items()
+        }
+
+    def close(self) -> None:
+        self.ring.close()
+        self.obj.close()
