@@ -1,0 +1,145 @@
+"""The running agent: kernel events -> connection table -> spans -> export, in one loop."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+
+from otel_ebpf.config import Config
+from otel_ebpf.conntrack.table import ConnTable
+from otel_ebpf.export.factory import DisabledExporter, build_metric_exporters, build_span_exporters
+from otel_ebpf.export.pipeline import MetricsPipeline, TracePipeline
+from otel_ebpf.kernel.abi import ConnOpen, ProcessExit
+from otel_ebpf.kernel.libbpf import LibbpfLog
+from otel_ebpf.kernel.socket_tracer import CaptureSettings, SocketTracer
+from otel_ebpf.protocols.registry import Registry
+from otel_ebpf.spans.clock import KernelClock
+from otel_ebpf.spans.resources import ProcessResources
+from otel_ebpf.telemetry import Stats
+
+log = logging.getLogger("otel_ebpf")
+
+READY_LINE = "otel-ebpf ready"
+SWEEP_INTERVAL_S = 1.0
+
+
+def capture_settings(cfg: Config) -> CaptureSettings:
+    r = cfg.receiver
+    return CaptureSettings(
+        capture_max=r.capture_max_bytes,
+        ring_buffer_bytes=r.ring_buffer_size_mib << 20,
+        wakeup_fill_percent=r.wakeup_fill_percent,
+        max_connections=r.max_connections,
+        pids=r.targets.pids,
+        process_names=r.targets.process_names,
+        ports=r.targets.ports,
+    )
+
+
+def _log_disabled(*exporter_sets: dict) -> None:
+    reasons = {name: e.reason for exporters in exporter_sets for name, e in exporters.items()
+               if isinstance(e, DisabledExporter)}
+    for reason in reasons.values():
+        log.info("%s", reason)
+
+
+class Agent:
+    """Owns every part; `run()` loops until stop() (or SIGINT/SIGTERM), then flushes."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.stats = Stats()
+        self.clock = KernelClock()
+        self.resources = ProcessResources()
+        self._stop = threading.Event()
+        r = cfg.receiver
+        self.registry = Registry.from_config(r.protocols_enabled, r.protocol_options)
+        self.table = ConnTable(self.registry, self.stats, r.max_connections,
+                               int(r.idle_timeout_s * 1e9))
+        span_exporters = build_span_exporters(cfg.exporters_for("traces"))
+        metric_exporters = build_metric_exporters(cfg.exporters_for("metrics"))
+        _log_disabled(span_exporters, metric_exporters)
+        batch = cfg.processors
+        self.traces = TracePipeline(
+            span_exporters, self.stats, self.resources, self.clock,
+            max_queue_size=batch.max_queue_size, max_batch_size=batch.batch_size,
+            schedule_delay_s=batch.batch_timeout_s,
+        )
+        self.metrics = MetricsPipeline(metric_exporters, self.stats,
+                                       cfg.telemetry.metrics_interval_s)
+        self.libbpf_log = LibbpfLog()
+        self.tracer: SocketTracer | None = None
+        self._primed: set[int] = set()
+
+    def stop(self, *_: object) -> None:
+        self._stop.set()
+
+    def install_signal_handlers(self) -> None:
+        def handler(signum: int, _frame: FrameType | None) -> None:
+            log.info("received %s, flushing", signal.Signals(signum).name)
+            self.stop()
+
+        signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGTERM, handler)
+
+    def start(self) -> None:
+        self.tracer = SocketTracer(capture_settings(self.cfg), self.libbpf_log)
+        log.info("attached %d programs; parsers: %s", self.tracer.programs,
+                 ", ".join(p.name for p in self.registry.parsers))
+        print(READY_LINE, file=sys.stderr, flush=True)
+
+    def run(self) -> None:
+        assert self.tracer is not None, "start() first"
+        poll_ms = max(1, int(self.cfg.receiver.poll_interval_s * 1000))
+        next_sweep = time.monotonic() + SWEEP_INTERVAL_S
+        while not self._stop.is_set():
+            events = self.tracer.poll(poll_ms)
+            if events:
+                self._prime_resources(events)
+                self._emit(self.table.handle(events))
+            if time.monotonic() >= next_sweep:
+                next_sweep = time.monotonic() + SWEEP_INTERVAL_S
+                self.clock.refresh()
+                self._emit(self.table.sweep(time.clock_gettime_ns(time.CLOCK_MONOTONIC)))
+                self._update_kernel_counters()
+        # drain what the kernel still holds, then close every connection
+        self._emit(self.table.handle(self.tracer.poll(0)))
+        self._emit(self.table.close_all())
+
+    def _prime_resources(self, events: list) -> None:
+        """Read a process's resource when first seen: short-lived clients (curl) are gone
+        by the time their spans are exported."""
+        for ev in events:
+            if type(ev) is ConnOpen and ev.key[0] not in self._primed:
+                self._primed.add(ev.key[0])
+                self.resources.prime(ev.key[0], ev.comm)
+            elif type(ev) is ProcessExit:
+                self._primed.discard(ev.pid)
+
+    def _emit(self, spans: list) -> None:
+        if not spans:
+            return
+        self.stats.add("spans.produced", len(spans))
+        self.traces.submit(spans)
+
+    def _update_kernel_counters(self) -> None:
+        assert self.tracer is not None
+        counters = self.tracer.kernel_counters()
+        for cpu, n in enumerate(counters["ringbuf_drops"]):
+            self.stats.set_total("kernel.drops", n, cpu=str(cpu))
+        self.stats.set_total("kernel.truncations", sum(counters["truncated"]))
+
+    def shutdown(self) -> None:
+        if self.tracer is not None:
+            self._update_kernel_counters()
+            self.tracer.close()
+            self.tracer = None
+        self.traces.shutdown()
+        self.metrics.shutdown()
+
+    def summary(self) -> dict[str, int]:
+        return self.stats.totals()

@@ -1,0 +1,132 @@
+"""`otel-ebpf run | check | version`: the command line. Exit codes: 0 fine, 1 cannot run
+here (privileges, kernel, BPF objects), 2 invalid configuration."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from otel_ebpf import __version__
+from otel_ebpf.config import ConfigError, default_config_path, load_config
+
+EXIT_OK, EXIT_CANNOT_RUN, EXIT_BAD_CONFIG = 0, 1, 2
+
+err_console = Console(stderr=True, highlight=False)
+log = logging.getLogger("otel_ebpf")
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _load(path: str | None):
+    path = path or default_config_path(os.environ)
+    return load_config(path, os.environ)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        cfg = _load(args.config)
+    except ConfigError as exc:
+        err_console.print(f"otel-ebpf: {exc}", markup=False)
+        return EXIT_BAD_CONFIG
+    _setup_logging(cfg.telemetry.log_level)
+
+    # Import late: these pull in libbpf, which `check` reports on when missing.
+    from otel_ebpf.export.factory import ExporterConfigError
+    from otel_ebpf.export.file import FileExporterError
+    from otel_ebpf.kernel.features import missing_privileges, privilege_message
+    from otel_ebpf.kernel.loader import BPFError
+
+    missing = missing_privileges()
+    if missing:
+        err_console.print(f"otel-ebpf: {privilege_message(missing)}", markup=False)
+        return EXIT_CANNOT_RUN
+
+    from otel_ebpf.agent import Agent
+
+    try:
+        agent = Agent(cfg)
+    except (ExporterConfigError, FileExporterError, KeyError) as exc:
+        err_console.print(f"otel-ebpf: config error: {exc}", markup=False)
+        return EXIT_BAD_CONFIG
+    agent.install_signal_handlers()
+    try:
+        agent.start()
+    except BPFError as exc:
+        err_console.print(f"otel-ebpf: {exc}", markup=False)
+        agent.shutdown()
+        return EXIT_CANNOT_RUN
+    try:
+        agent.run()
+    finally:
+        agent.shutdown()
+        _print_summary(agent.summary())
+    return EXIT_OK
+
+
+def _print_summary(totals: dict[str, int]) -> None:
+    table = Table(title="otel-ebpf: totals", show_header=True)
+    table.add_column("counter")
+    table.add_column("value", justify="right")
+    for name, value in totals.items():
+        table.add_row(f"otel_ebpf.{name}", str(value))
+    err_console.print(table)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    try:
+        from otel_ebpf.kernel.features import run_checks
+    except Exception as exc:  # libbpf itself missing
+        err_console.print(f"otel-ebpf: {exc}", markup=False)
+        return EXIT_CANNOT_RUN
+    checks = run_checks()
+    table = Table(title=f"otel-ebpf {__version__}: can this host run the agent?")
+    table.add_column("feature")
+    table.add_column("status")
+    table.add_column("detail", overflow="fold")
+    for c in checks:
+        status = "ok" if c.ok else ("MISSING" if c.required else "absent (optional)")
+        style = "green" if c.ok else ("bold red" if c.required else "yellow")
+        table.add_row(c.name, f"[{style}]{status}[/]", c.detail)
+    Console().print(table)
+    failed = [c.name for c in checks if c.required and not c.ok]
+    if failed:
+        err_console.print(f"otel-ebpf cannot run here: {', '.join(failed)}", markup=False)
+        return EXIT_CANNOT_RUN
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="otel-ebpf",
+        description="OpenTelemetry-native eBPF receiver: traces from the wire, no SDKs.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="trace until SIGINT/SIGTERM, then flush")
+    run.add_argument("-c", "--config", help="YAML config (default: $OTEL_EBPF_CONFIG or "
+                     "built-in defaults, the same as config/default.yaml)")
+    run.set_defaults(func=cmd_run)
+    check = sub.add_parser("check", help="report privileges and kernel features")
+    check.set_defaults(func=cmd_check)
+    version = sub.add_parser("version", help="print the version")
+    version.set_defaults(func=lambda _a: print(__version__) or EXIT_OK)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

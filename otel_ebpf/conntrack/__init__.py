@@ -1,0 +1,1 @@
+"""Connection table, positioned stream buffers, protocol inference."""

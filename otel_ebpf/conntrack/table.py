@@ -1,0 +1,130 @@
+"""The connection table: routes kernel events to connections, bounded (LRU) and counted."""
+
+from __future__ import annotations
+
+from collections import OrderedDict, defaultdict
+
+from otel_ebpf.kernel import abi
+from otel_ebpf.protocols.base import ConnInfo, NeutralSpan, Role
+from otel_ebpf.protocols.registry import Registry
+from otel_ebpf.telemetry import Stats
+
+from .connection import Connection
+
+Key = tuple[int, int, int]
+
+
+def conn_info(ev: abi.ConnOpen) -> ConnInfo:
+    unix = bool(ev.flags & abi.CONN_F_UNIX)
+    return ConnInfo(
+        pid=ev.key[0],
+        fd=ev.key[1],
+        generation=ev.key[2],
+        role=ev.role,
+        transport="stream" if ev.flags & abi.CONN_F_STREAM else "datagram",
+        family="unix" if unix else abi.AF_NAMES.get(ev.family, "ipv4"),
+        local_addr=ev.local_addr,
+        local_port=ev.local_port,
+        remote_addr=ev.remote_addr,
+        remote_port=ev.remote_port,
+        comm=ev.comm,
+    )
+
+
+class ConnTable:
+    """Connections by (pid, fd, generation); the least recently active is evicted first."""
+
+    def __init__(
+        self, registry: Registry, stats: Stats, max_connections: int, idle_timeout_ns: int
+    ) -> None:
+        self.registry = registry
+        self.stats = stats
+        self.max_connections = max_connections
+        self.idle_timeout_ns = idle_timeout_ns
+        self.conns: OrderedDict[Key, Connection] = OrderedDict()
+        self.by_pid: defaultdict[int, set[Key]] = defaultdict(set)
+        self.touched: set[Key] = set()
+        self.evicted_spans: list[NeutralSpan] = []
+
+    def __len__(self) -> int:
+        return len(self.conns)
+
+    def handle(self, events: list[abi.Event]) -> list[NeutralSpan]:
+        """Apply a batch of kernel events; return the spans that completed."""
+        spans: list[NeutralSpan] = []
+        stats = self.stats
+        for ev in events:
+            if type(ev) is abi.DataEvent:
+                conn = self.conns.get(ev.key)
+                if conn is None:  # its open event was lost: track it with what we know
+                    conn = self._open(self._anonymous(ev))
+                else:
+                    self.conns.move_to_end(ev.key)
+                stats.add("bytes", len(ev.payload))
+                conn.on_data(ev.direction, ev.pos, ev.msg_len, ev.payload, ev.enter_ns,
+                             ev.exit_ns, ev.tcp_seq, self.registry, stats)
+                self.touched.add(ev.key)
+            elif type(ev) is abi.ConnOpen:
+                if ev.key in self.conns:
+                    continue
+                self._open(Connection(conn_info(ev), tcp=bool(ev.flags & abi.CONN_F_TCP)))
+            elif type(ev) is abi.ConnClose:
+                spans += self._close(ev.key)
+            elif type(ev) is abi.ProcessExit:
+                for key in list(self.by_pid.get(ev.pid, ())):
+                    spans += self._close(key)
+        stats.add("events", len(events))
+        for key in self.touched:
+            conn = self.conns.get(key)
+            if conn is not None:
+                spans += conn.collect(0)
+        self.touched.clear()
+        if self.evicted_spans:
+            spans += self.evicted_spans
+            self.evicted_spans = []
+        return spans
+
+    def _anonymous(self, ev: abi.DataEvent) -> Connection:
+        pid, fd, gen = ev.key
+        info = ConnInfo(pid=pid, fd=fd, generation=gen, role=Role.UNKNOWN,
+                        transport="datagram" if ev.peer else "stream", family="ipv4")
+        return Connection(info, tcp=ev.peer is None)
+
+    def _open(self, conn: Connection) -> Connection:
+        key = conn.info.key
+        while len(self.conns) >= self.max_connections:
+            old_key, old = self.conns.popitem(last=False)
+            self.by_pid[old_key[0]].discard(old_key)
+            self.stats.add("connections.evicted")
+            self.evicted_spans += old.close()
+        self.conns[key] = conn
+        self.by_pid[key[0]].add(key)
+        self.stats.add("connections.tracked")
+        return conn
+
+    def _close(self, key: Key) -> list[NeutralSpan]:
+        conn = self.conns.pop(key, None)
+        if conn is None:
+            return []
+        keys = self.by_pid.get(key[0])
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self.by_pid[key[0]]
+        return conn.close()
+
+    def sweep(self, now_ns: int) -> list[NeutralSpan]:
+        """Expire requests past their timeout and connections idle too long."""
+        spans: list[NeutralSpan] = []
+        idle = [k for k, c in self.conns.items() if now_ns - c.last_ns > self.idle_timeout_ns]
+        for key in idle:
+            spans += self._close(key)
+        for conn in self.conns.values():
+            spans += conn.collect(now_ns)
+        return spans
+
+    def close_all(self) -> list[NeutralSpan]:
+        spans: list[NeutralSpan] = []
+        for key in list(self.conns):
+            spans += self._close(key)
+        return spans

@@ -1,0 +1,168 @@
+"""What this host can do: privileges and kernel features the agent needs, each checked for
+real (a map created, a program loaded), with the fix when one is missing."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import abi, libbpf
+from .loader import BTF_PATH, TRACEFS, BPFError, BPFObject, bpf_dir, ensure_tracefs
+
+CAPS = {"CAP_DAC_READ_SEARCH": 2, "CAP_SYS_PTRACE": 19, "CAP_SYS_ADMIN": 21,
+        "CAP_SYS_RESOURCE": 24, "CAP_PERFMON": 38, "CAP_BPF": 39}
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    required: bool = True
+
+
+def effective_caps(status_path: str = "/proc/self/status") -> set[str]:
+    for line in Path(status_path).read_text().splitlines():
+        if line.startswith("CapEff:"):
+            bits = int(line.split()[1], 16)
+            return {name for name, bit in CAPS.items() if bits >> bit & 1}
+    return set()
+
+
+def missing_privileges(caps: set[str] | None = None) -> list[str]:
+    """Capabilities the agent lacks to load and attach its programs ([] when it can)."""
+    caps = effective_caps() if caps is None else caps
+    if "CAP_SYS_ADMIN" in caps:
+        return []
+    return [c for c in ("CAP_BPF", "CAP_PERFMON") if c not in caps] or []
+
+
+def privilege_message(missing: list[str]) -> str:
+    return (
+        f"otel-ebpf cannot load its eBPF programs: missing {', '.join(missing)} "
+        "(needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN). Run it as root, or grant them: "
+        "`setcap cap_bpf,cap_perfmon,cap_sys_ptrace,cap_dac_read_search+ep` on the "
+        "interpreter, or `--cap-add BPF --cap-add PERFMON` for a container"
+    )
+
+
+def _check_privileges() -> Check:
+    caps = effective_caps()
+    missing = missing_privileges(caps)
+    if missing:
+        return Check("privileges", False, privilege_message(missing))
+    return Check("privileges", True, "effective: " + ", ".join(sorted(caps)))
+
+
+def _check_proc_access() -> Check:
+    caps = effective_caps()
+    ok = "CAP_SYS_PTRACE" in caps
+    return Check(
+        "read other processes' /proc", ok,
+        "service.name from OTEL_SERVICE_NAME in /proc/PID/environ" if ok
+        else "no CAP_SYS_PTRACE: service.name falls back to the command line",
+        required=False,
+    )
+
+
+def _check_btf() -> Check:
+    ok = BTF_PATH.is_file()
+    return Check("BTF", ok, str(BTF_PATH) if ok else
+                 f"{BTF_PATH} missing: kernel needs CONFIG_DEBUG_INFO_BTF=y (CO-RE)")
+
+
+def _check_tracefs() -> Check:
+    try:
+        root = ensure_tracefs()
+    except BPFError as exc:
+        return Check("tracefs", False, str(exc))
+    read = root / "events/syscalls/sys_enter_read"
+    if not read.is_dir():
+        return Check("syscall tracepoints", False,
+                     f"{read} missing: kernel needs CONFIG_FTRACE_SYSCALLS=y")
+    return Check("tracefs + syscall tracepoints", True, str(root))
+
+
+def _check_path(name: str, path: str, why: str, required: bool) -> Check:
+    ok = Path(path).exists()
+    return Check(name, ok, why if ok else f"{path} missing", required=required)
+
+
+class _PerfEventAttr(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_uint32), ("size", ctypes.c_uint32),
+                ("config", ctypes.c_uint64), ("sample_period", ctypes.c_uint64),
+                ("rest", ctypes.c_uint8 * 104)]
+
+
+def _check_perf_events() -> Check:
+    libc = ctypes.CDLL(None, use_errno=True)
+    attr = _PerfEventAttr(type=1, size=ctypes.sizeof(_PerfEventAttr), config=0,  # cpu-clock
+                          sample_period=1_000_000)
+    nr_perf_event_open = {"x86_64": 298, "aarch64": 241}.get(platform.machine(), 298)
+    fd = libc.syscall(nr_perf_event_open, ctypes.byref(attr), -1, 0, -1, 0)
+    if fd < 0:
+        return Check("perf events (cpu-clock)", False, libbpf.errno_text(ctypes.get_errno()),
+                     required=False)
+    os.close(fd)
+    return Check("perf events (cpu-clock)", True, "sampling available", required=False)
+
+
+def _check_ringbuf() -> Check:
+    create = libbpf.lib.bpf_map_create
+    create.restype = ctypes.c_int
+    create.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32,
+                       ctypes.c_uint32, ctypes.c_void_p]
+    fd = create(27, b"probe_rb", 0, 0, 4096, None)  # BPF_MAP_TYPE_RINGBUF
+    if fd < 0:
+        return Check("BPF ring buffer", False, f"{libbpf.errno_text()} (kernel 5.8+ needed)")
+    os.close(fd)
+    return Check("BPF ring buffer", True, "map created")
+
+
+def _check_socket_program() -> Check:
+    log = libbpf.LibbpfLog()
+    try:
+        obj = BPFObject("socket_trace", log)
+    except BPFError as exc:
+        return Check("socket capture program", False, str(exc))
+    try:
+        obj.set_max_entries("scratch_buf", libbpf.lib.libbpf_num_possible_cpus())
+        obj.set_rodata(abi.pack_agent_config(
+            agent_pid=os.getpid(), capture_max=4096, filter_pids=False, filter_comms=False,
+            filter_ports=True, wakeup_bytes=1 << 20))  # selects nothing: no port is listed
+        obj.load()
+        n = obj.attach_all()
+    except BPFError as exc:
+        return Check("socket capture program", False, str(exc))
+    finally:
+        obj.close()
+    return Check("socket capture program", True, f"loaded and attached {n} programs")
+
+
+def run_checks() -> list[Check]:
+    major, minor = libbpf.version()
+    checks = [
+        Check("kernel", True, platform.release(), required=False),
+        _check_privileges(),
+        _check_proc_access(),
+        Check("libbpf", major >= 1, f"{major}.{minor}" + ("" if major >= 1 else " (1.0+ needed)")),
+        _check_btf(),
+        _check_tracefs(),
+        _check_ringbuf(),
+        _check_path("uprobes", "/sys/bus/event_source/devices/uprobe",
+                    "for TLS, GPU and RDMA probes", required=False),
+        _check_path("kprobes (not used)", "/sys/bus/event_source/devices/kprobe",
+                    "available, though the agent does not depend on them", required=False),
+        _check_perf_events(),
+        _check_path("BPF objects", str(bpf_dir() / "socket_trace.bpf.o"), str(bpf_dir()),
+                    required=True),
+    ]
+    if all(c.ok for c in checks if c.required):
+        checks.append(_check_socket_program())
+    return checks
+
+
+__all__ = ["Check", "run_checks", "missing_privileges", "privilege_message", "TRACEFS"]
