@@ -1,0 +1,208 @@
+"""Exporters from Collector-style config: `otlp` (gRPC), `otlphttp`, `file`, `debug`.
+
+Instance names follow the Collector: `type` or `type/name` (`otlp/tempo`). For the OTLP
+exporters, absent keys are left to the SDK, which then reads the standard
+OTEL_EXPORTER_OTLP_* variables exactly as any OTel SDK would; an `endpoint` that is
+present but empty disables the exporter (the default config writes
+`endpoint: ${env:OTEL_EXPORTER_OTLP_ENDPOINT}`, so OTLP is on only when that is set).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import grpc
+from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+    OTLPMetricExporter as GrpcMetricExporter,
+)
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+    OTLPSpanExporter as GrpcSpanExporter,
+)
+from opentelemetry.exporter.otlp.proto.http import Compression as HttpCompression
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+    OTLPMetricExporter as HttpMetricExporter,
+)
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+    OTLPSpanExporter as HttpSpanExporter,
+)
+from opentelemetry.sdk.metrics.export import MetricExporter
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from otel_ebpf.export.debug import DebugMetricExporter, DebugSpanExporter
+from otel_ebpf.export.file import FileMetricExporter, FileSpanExporter
+
+Config = Mapping[str, Any]
+
+_GRPC_COMPRESSION = {"gzip": grpc.Compression.Gzip, "none": grpc.Compression.NoCompression}
+_HTTP_COMPRESSION = {
+    "gzip": HttpCompression.Gzip,
+    "deflate": HttpCompression.Deflate,
+    "none": HttpCompression.NoCompression,
+}
+
+
+class ExporterConfigError(ValueError):
+    """An exporter's config cannot be used (unknown type, unreadable TLS file...)."""
+
+
+class DisabledExporter(SpanExporter, MetricExporter):
+    """Stands in for an exporter switched off by an empty endpoint; pipelines skip it.
+
+    `reason` is the one info line the caller logs.
+    """
+
+    def __init__(self, name: str, reason: str) -> None:
+        MetricExporter.__init__(self)
+        self.name = name
+        self.reason = reason
+
+    def export(self, *args: Any, **kwargs: Any) -> Any:
+        return SpanExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return True
+
+    def shutdown(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def exporter_type(name: str) -> str:
+    """`otlp/tempo` -> `otlp`."""
+    return name.partition("/")[0]
+
+
+def _read(path: str | None, what: str, name: str) -> bytes | None:
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise ExporterConfigError(f"exporters.{name}.tls.{what}: cannot read {path!r}: {e.strerror}") from e
+
+
+def _compression(cfg: Config, table: dict[str, Any], name: str) -> Any:
+    value = cfg.get("compression")
+    if value is None:
+        return None  # the SDK reads OTEL_EXPORTER_OTLP_*COMPRESSION
+    try:
+        return table[str(value).lower()]
+    except KeyError:
+        raise ExporterConfigError(
+            f"exporters.{name}.compression: expected one of {sorted(table)}, got {value!r}"
+        ) from None
+
+
+def _timeout(cfg: Config) -> float | None:
+    value = cfg.get("timeout")
+    return None if value is None else float(value)
+
+
+def _grpc_kwargs(cfg: Config, name: str) -> dict[str, Any]:
+    tls = cfg.get("tls") or {}
+    kwargs: dict[str, Any] = {
+        "endpoint": cfg.get("endpoint"),
+        # only a true `insecure` is passed: an explicit False would make the SDK use TLS
+        # even for an http:// endpoint; left out, the scheme decides, then
+        # OTEL_EXPORTER_OTLP_INSECURE, then TLS by default, as the OTel spec says
+        "insecure": True if tls.get("insecure") else None,
+        "timeout": _timeout(cfg),
+        "compression": _compression(cfg, _GRPC_COMPRESSION, name),
+    }
+    if headers := cfg.get("headers"):
+        # gRPC metadata keys must be lower-case: grpcio rejects the call otherwise
+        kwargs["headers"] = {str(k).lower(): str(v) for k, v in headers.items()}
+    if not tls.get("insecure") and any(tls.get(k) for k in ("ca_file", "cert_file", "key_file")):
+        kwargs["credentials"] = grpc.ssl_channel_credentials(
+            root_certificates=_read(tls.get("ca_file"), "ca_file", name),
+            private_key=_read(tls.get("key_file"), "key_file", name),
+            certificate_chain=_read(tls.get("cert_file"), "cert_file", name),
+        )
+    return kwargs
+
+
+def _http_kwargs(cfg: Config, name: str, signal: str) -> dict[str, Any]:
+    tls = cfg.get("tls") or {}
+    # like the Collector: <endpoint>/v1/<signal>, unless traces_endpoint/metrics_endpoint says
+    endpoint = cfg.get(f"{signal}_endpoint")
+    if not endpoint and cfg.get("endpoint"):
+        endpoint = f"{str(cfg['endpoint']).rstrip('/')}/v1/{signal}"
+    kwargs: dict[str, Any] = {
+        "endpoint": endpoint,
+        "certificate_file": tls.get("ca_file"),
+        "client_certificate_file": tls.get("cert_file"),
+        "client_key_file": tls.get("key_file"),
+        "timeout": _timeout(cfg),
+        "compression": _compression(cfg, _HTTP_COMPRESSION, name),
+    }
+    if headers := cfg.get("headers"):
+        kwargs["headers"] = {str(k): str(v) for k, v in headers.items()}
+    return kwargs
+
+
+def _drop_none(kwargs: dict[str, Any]) -> dict[str, Any]:
+    # an argument left out, not passed as None, is what makes the SDK consult the environment
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
+_SPAN_BUILDERS: dict[str, Callable[[Config, str], SpanExporter]] = {
+    "otlp": lambda cfg, name: GrpcSpanExporter(**_drop_none(_grpc_kwargs(cfg, name))),
+    "otlphttp": lambda cfg, name: HttpSpanExporter(**_drop_none(_http_kwargs(cfg, name, "traces"))),
+    "file": lambda cfg, name: FileSpanExporter(_path(cfg, name)),
+    "debug": lambda cfg, name: DebugSpanExporter(cfg.get("verbosity", "basic")),
+}
+_METRIC_BUILDERS: dict[str, Callable[[Config, str], MetricExporter]] = {
+    "otlp": lambda cfg, name: GrpcMetricExporter(**_drop_none(_grpc_kwargs(cfg, name))),
+    "otlphttp": lambda cfg, name: HttpMetricExporter(**_drop_none(_http_kwargs(cfg, name, "metrics"))),
+    "file": lambda cfg, name: FileMetricExporter(_path(cfg, name)),
+    "debug": lambda cfg, name: DebugMetricExporter(cfg.get("verbosity", "basic")),
+}
+
+
+def _path(cfg: Config, name: str) -> str:
+    if not cfg.get("path"):
+        raise ExporterConfigError(f"exporters.{name}.path: a file path is required")
+    return str(cfg["path"])
+
+
+def _is_empty(endpoint: Any) -> bool:
+    return isinstance(endpoint, str) and not endpoint.strip()
+
+
+def _build(exporters_config: Mapping[str, Config | None], builders: dict[str, Callable]) -> dict:
+    out = {}
+    for name, cfg in exporters_config.items():
+        cfg = cfg or {}
+        kind = exporter_type(name)
+        if kind not in builders:
+            raise ExporterConfigError(
+                f"exporters.{name}: unknown exporter type {kind!r}, expected one of {sorted(builders)}"
+            )
+        if kind in ("otlp", "otlphttp") and _is_empty(cfg.get("endpoint")):
+            out[name] = DisabledExporter(name, f"exporter {name} is off: its endpoint is empty")
+        else:
+            out[name] = builders[kind](cfg, name)
+    return out
+
+
+def build_span_exporters(exporters_config: Mapping[str, Config | None]) -> dict[str, SpanExporter]:
+    """One SpanExporter per configured instance; a DisabledExporter for an empty endpoint.
+
+    Raises ExporterConfigError, or FileExporterError for an unwritable file path.
+    """
+    return _build(exporters_config, _SPAN_BUILDERS)
+
+
+def build_metric_exporters(exporters_config: Mapping[str, Config | None]) -> dict[str, MetricExporter]:
+    """As build_span_exporters, for metrics."""
+    return _build(exporters_config, _METRIC_BUILDERS)
+
+
+__all__ = [
+    "DisabledExporter",
+    "ExporterConfigError",
+    "build_metric_exporters",
+    "build_span_exporters",
+    "exporter_type",
+]

@@ -1,0 +1,162 @@
+"""A bounded span queue and worker thread in front of one exporter.
+
+One queue per exporter: a slow or unreachable backend fills its own queue and drops
+its own spans (counted), and never holds back the agent or the other exporters.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from otel_ebpf.telemetry import Stats
+
+log = logging.getLogger(__name__)
+
+_WARN_EVERY_S = 10.0
+
+
+class ExportQueue:
+    """Spans waiting for one exporter, sent in batches of max_batch_size, or whatever is
+    queued after schedule_delay_s, by a worker thread of its own."""
+
+    def __init__(
+        self,
+        exporter: SpanExporter,
+        name: str,
+        stats: Stats,
+        max_queue_size: int = 2048,
+        max_batch_size: int = 512,
+        schedule_delay_s: float = 1.0,
+    ) -> None:
+        if max_queue_size < 1 or max_batch_size < 1 or schedule_delay_s <= 0:
+            raise ValueError("queue and batch sizes must be >= 1 and the delay > 0")
+        self.exporter = exporter
+        self.name = name
+        self._stats = stats
+        self._max_queue = max_queue_size
+        self._max_batch = min(max_batch_size, max_queue_size)
+        self._delay = schedule_delay_s
+        self._spans: deque[ReadableSpan] = deque()
+        self._cond = threading.Condition()
+        self._closing = False
+        self._flushes: list[threading.Event] = []  # flush() callers waiting for an empty queue
+        self._exporting = False
+        self._abandoned = False
+        self._dropped_unwarned = 0
+        self._last_warning = float("-inf")
+        self._worker = threading.Thread(target=self._run, name=f"export-{name}", daemon=True)
+        self._worker.start()
+
+    def put(self, spans: Sequence[ReadableSpan]) -> None:
+        """Queue spans for export. Never blocks: what does not fit is dropped and counted."""
+        with self._cond:
+            if self._closing:
+                dropped = len(spans)
+            else:
+                room = self._max_queue - len(self._spans)
+                self._spans.extend(spans[:room] if room < len(spans) else spans)
+                dropped = max(0, len(spans) - room)
+                if len(self._spans) >= self._max_batch:
+                    self._cond.notify()
+        if dropped:
+            self._drop(dropped)
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Export everything queued now; True when it was done in time."""
+        done = threading.Event()
+        with self._cond:
+            if not self._spans and not self._exporting:
+                return True
+            self._flushes.append(done)
+            self._cond.notify()
+        return done.wait(timeout_s)
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Export what is queued, then shut the exporter down. Spans still queued when
+        the time is up are counted as dropped."""
+        with self._cond:
+            if self._closing:
+                return
+            self._closing = True
+            self._cond.notify()
+        self._worker.join(timeout_s)
+        if self._worker.is_alive():
+            # stuck in an export (a retry backoff): stop taking batches, and shut the
+            # exporter down now, which cuts short the SDK OTLP exporters' backoff sleep
+            with self._cond:
+                self._abandoned = True
+            self._shutdown_exporter()
+            self._worker.join(1.0)
+        else:
+            self._shutdown_exporter()
+        with self._cond:
+            left = len(self._spans)
+            self._spans.clear()
+        if left:
+            self._stats.add("spans.dropped", left, exporter=self.name)
+            log.warning("exporter %s: shut down with %d spans not exported", self.name, left)
+
+    def _shutdown_exporter(self) -> None:
+        try:
+            self.exporter.shutdown()
+        except Exception:  # shutting down goes on for the other exporters
+            log.exception("exporter %s: shutdown failed", self.name)
+
+    # -- worker
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                deadline = time.monotonic() + self._delay
+                while not (self._closing or self._flushes or len(self._spans) >= self._max_batch):
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(remaining)
+                if self._abandoned:
+                    return
+                batch = [self._spans.popleft() for _ in range(min(self._max_batch, len(self._spans)))]
+                if not batch:  # drained: wake flush() callers; after shutdown(), stop
+                    flushed, self._flushes = self._flushes, []
+                    closing = self._closing
+                self._exporting = bool(batch)
+            if batch:
+                self._export(batch)
+                with self._cond:
+                    self._exporting = False
+                continue
+            for event in flushed:
+                event.set()
+            if closing:
+                return
+
+    def _export(self, batch: list[ReadableSpan]) -> None:
+        try:
+            result = self.exporter.export(batch)
+        except Exception:  # an exporter bug must not kill the worker
+            log.exception("exporter %s raised", self.name)
+            result = SpanExportResult.FAILURE
+        counter = "spans.exported" if result is SpanExportResult.SUCCESS else "spans.failed"
+        self._stats.add(counter, len(batch), exporter=self.name)
+
+    def _drop(self, count: int) -> None:
+        self._stats.add("spans.dropped", count, exporter=self.name)
+        now = time.monotonic()
+        with self._cond:
+            self._dropped_unwarned += count
+            if now - self._last_warning < _WARN_EVERY_S:
+                return
+            count, self._dropped_unwarned, self._last_warning = self._dropped_unwarned, 0, now
+        log.warning(
+            "exporter %s: queue full (%d spans), dropped %d spans; the backend is slow or unreachable",
+            self.name,
+            self._max_queue,
+            count,
+        )

@@ -1,0 +1,194 @@
+"""Resource attributes of a traced process (service.name, process.*, container.id), from /proc.
+
+Everything is read from the outside: the process's own environment (as it was at exec:
+/proc/PID/environ never shows later setenv calls), command line, executable and cgroup.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import threading
+from collections import OrderedDict
+from urllib.parse import unquote
+
+from otel_ebpf import __version__
+from otel_ebpf.protocols.base import AttributeValue
+
+Attributes = dict[str, AttributeValue]
+
+# python, python3, python3.11, python3.13t, pythonw...
+_PYTHON = re.compile(r"python[\d.]*[a-z]?")
+# interpreter options that take a value, the next argument or the rest of this one (-Wignore)
+_PY_OPTS_WITH_VALUE = frozenset("cmWX")
+# a container runtime names the container's cgroup after its 64-hex ID: /docker/<id>,
+# docker-<id>.scope, cri-containerd-<id>.scope, crio-<id>.scope, libpod-<id>.scope...
+_CONTAINER_ID = re.compile(r"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
+
+
+def python_service_name(args: list[str]) -> str | None:
+    """`-m module` or the script's basename (without .py) of a Python command line.
+
+    None when there is neither (`python -c ...`, a script on stdin, a bare REPL).
+    """
+    rest = iter(args[1:])
+    for arg in rest:
+        if arg == "--":
+            arg = next(rest, "")
+        elif arg.startswith("--"):  # of the long options, only this one takes a value
+            if arg == "--check-hash-based-pycs":
+                next(rest, None)
+            continue
+        elif arg.startswith("-") and arg != "-":
+            # a cluster of one-letter flags; the first that takes a value ends it (-uBm mod)
+            for j, flag in enumerate(arg[1:], start=1):
+                if flag in _PY_OPTS_WITH_VALUE:
+                    value = arg[j + 1 :] or next(rest, "")
+                    if flag == "m":
+                        return value or None
+                    if flag == "c":
+                        return None
+                    break
+            continue
+        name = os.path.basename(arg) if arg != "-" else ""
+        return name.removesuffix(".py") or None
+    return None
+
+
+def parse_resource_attributes(value: str) -> dict[str, str]:
+    """OTEL_RESOURCE_ATTRIBUTES (`k=v,k=v`, values percent-encoded), as the SDK reads it."""
+    out: dict[str, str] = {}
+    for item in value.split(","):
+        key, sep, val = item.partition("=")
+        key = key.strip()
+        if sep and key:
+            out[key] = unquote(val.strip())
+    return out
+
+
+def container_id(cgroup: str) -> str | None:
+    """The container ID in /proc/PID/cgroup text (cgroup v1 or v2), or None.
+
+    Read from the host's cgroup namespace, a container's paths are whole
+    (/system.slice/docker-<id>.scope) even when the container has a private namespace.
+    """
+    for line in cgroup.splitlines():
+        path = line.split(":", 2)[-1]
+        found = _CONTAINER_ID.findall(path)
+        if found:
+            return found[-1]  # the innermost: the container, not a pod or parent slice
+    return None
+
+
+class ProcessResources:
+    """Resource attributes per process, cached by (pid, start time) so pid reuse never mixes.
+
+    Call prime(pid) as soon as a process is seen: a short-lived process may be gone by
+    the time its spans are exported, and then only what was cached is known.
+    """
+
+    def __init__(self, proc_root: str = "/proc", max_entries: int = 4096) -> None:
+        self._root = proc_root
+        self._max = max_entries
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[tuple[int, int], Attributes] = OrderedDict()
+        self._latest: dict[int, tuple[int, int]] = {}  # pid -> its newest cache key
+        self._host = socket.gethostname()
+
+    def prime(self, pid: int, comm: str = "") -> None:
+        self.get(pid, comm)
+
+    def get(self, pid: int, comm: str = "") -> Attributes:
+        """The process's resource attributes. Never raises; a vanished process gets its
+        cached attributes, or a minimal set (pid, comm as service.name, host.name)."""
+        try:
+            start = self._start_time(pid)
+        except (OSError, ValueError, IndexError):
+            start = None
+        with self._lock:
+            key = (pid, start) if start is not None else self._latest.get(pid)
+            if key is not None and (cached := self._cache.get(key)) is not None:
+                self._cache.move_to_end(key)
+                return cached
+        if start is None:
+            return self._minimal(pid, comm)
+        attrs, complete = self._read(pid, comm)
+        if complete:  # a zombie or a process mid-exit reads empty: don't remember that
+            with self._lock:
+                self._remember((pid, start), attrs)
+        return attrs
+
+    # -- internals
+
+    def _remember(self, key: tuple[int, int], attrs: Attributes) -> None:
+        self._cache[key] = attrs
+        self._cache.move_to_end(key)
+        self._latest[key[0]] = key
+        while len(self._cache) > self._max:
+            old, _ = self._cache.popitem(last=False)
+            if self._latest.get(old[0]) == old:
+                del self._latest[old[0]]
+
+    def _path(self, pid: int, name: str) -> str:
+        return os.path.join(self._root, str(pid), name)
+
+    def _start_time(self, pid: int) -> int:
+        with open(self._path(pid, "stat"), "rb") as f:
+            stat = f.read()
+        # field 2 (comm) may hold spaces and parentheses: count fields after the last ')'
+        return int(stat[stat.rindex(b")") + 2 :].split()[19])  # field 22, starttime
+
+    def _read_bytes(self, pid: int, name: str) -> bytes:
+        try:
+            with open(self._path(pid, name), "rb") as f:
+                return f.read()
+        except OSError:
+            return b""
+
+    def _minimal(self, pid: int, comm: str) -> Attributes:
+        return {
+            "service.name": comm or "unknown_service",
+            "process.pid": pid,
+            "host.name": self._host,
+            "telemetry.distro.name": "otel-ebpf",
+            "telemetry.distro.version": __version__,
+        }
+
+    def _read(self, pid: int, comm: str) -> tuple[Attributes, bool]:
+        args = [a.decode(errors="replace") for a in self._read_bytes(pid, "cmdline").split(b"\0")]
+        while args and not args[-1]:
+            args.pop()
+        environ = {}
+        for entry in self._read_bytes(pid, "environ").split(b"\0"):
+            key, sep, value = entry.partition(b"=")
+            if sep and key in (b"OTEL_SERVICE_NAME", b"OTEL_RESOURCE_ATTRIBUTES"):
+                environ[key.decode(errors="replace")] = value.decode(errors="replace")
+        try:
+            exe = os.readlink(self._path(pid, "exe")).removesuffix(" (deleted)")
+        except OSError:
+            exe = ""
+        if not comm:
+            comm = self._read_bytes(pid, "comm").decode(errors="replace").strip()
+
+        attrs = self._minimal(pid, comm)
+        if exe:
+            attrs["process.executable.path"] = exe
+            attrs["process.executable.name"] = os.path.basename(exe)
+        if args:
+            attrs["process.command_args"] = args
+        if cid := container_id(self._read_bytes(pid, "cgroup").decode(errors="replace")):
+            attrs["container.id"] = cid
+        attrs["service.name"] = self._derived_service_name(args, exe) or attrs["service.name"]
+        # the process's own OTel settings win over what we derive, as they would in its SDK
+        attrs.update(parse_resource_attributes(environ.get("OTEL_RESOURCE_ATTRIBUTES", "")))
+        if environ.get("OTEL_SERVICE_NAME"):
+            attrs["service.name"] = environ["OTEL_SERVICE_NAME"]
+        return attrs, bool(args)
+
+    @staticmethod
+    def _derived_service_name(args: list[str], exe: str) -> str | None:
+        names = [os.path.basename(p) for p in (exe, args[0] if args else "") if p]
+        if any(_PYTHON.fullmatch(n) for n in names):
+            return python_service_name(args)
+        return names[0] if names else None

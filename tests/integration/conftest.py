@@ -1,0 +1,230 @@
+"""Fixtures for kernel tests: the real agent (real BPF programs) and real peers, each in
+its own process, talking over 127.0.0.1 only; every wait is bounded."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+REQUIRE_BPF = os.environ.get("OTEL_EBPF_REQUIRE_BPF") == "1"
+
+
+def require_kernel() -> None:
+    """Skip (or, under OTEL_EBPF_REQUIRE_BPF=1, fail) when BPF cannot be loaded here."""
+    reasons = []
+    if os.geteuid() != 0:
+        reasons.append("not root")
+    if not (REPO / "bpf/build/socket_trace.bpf.o").is_file():
+        reasons.append("bpf/build/socket_trace.bpf.o not built (make -C bpf)")
+    if reasons:
+        msg = "kernel test needs: " + "; ".join(reasons)
+        if REQUIRE_BPF:
+            pytest.fail(msg)
+        pytest.skip(msg)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout_s}s")
+
+
+@dataclass
+class Span:
+    name: str
+    kind: int
+    start: int
+    end: int
+    attrs: dict
+    resource: dict
+    status: dict
+    trace_id: str
+    span_id: str
+
+
+def _value(v: dict):
+    (kind, val), = v.items()
+    if kind == "intValue":
+        return int(val)
+    if kind == "arrayValue":
+        return [_value(x) for x in val.get("values", [])]
+    return val
+
+
+def read_spans(path: Path) -> list[Span]:
+    spans: list[Span] = []
+    if not path.exists():
+        return spans
+    for line in path.read_text().splitlines():
+        doc = json.loads(line)
+        for rs in doc.get("resourceSpans", []):
+            res = {a["key"]: _value(a["value"]) for a in rs["resource"].get("attributes", [])}
+            for ss in rs.get("scopeSpans", []):
+                for s in ss.get("spans", []):
+                    spans.append(Span(
+                        name=s["name"], kind=s["kind"], start=int(s["startTimeUnixNano"]),
+                        end=int(s["endTimeUnixNano"]),
+                        attrs={a["key"]: _value(a["value"]) for a in s.get("attributes", [])},
+                        resource=res, status=s.get("status", {}), trace_id=s["traceId"],
+                        span_id=s["spanId"]))
+    return spans
+
+
+def read_metrics(path: Path) -> dict[str, int]:
+    """Latest value of each otel_ebpf.* sum, summed over its data points."""
+    out: dict[str, int] = {}
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        for rm in json.loads(line).get("resourceMetrics", []):
+            for sm in rm.get("scopeMetrics", []):
+                for m in sm.get("metrics", []):
+                    points = m.get("sum", {}).get("dataPoints", [])
+                    out[m["name"]] = sum(int(p.get("asInt", 0)) for p in points)
+    return out
+
+
+@dataclass
+class AgentRun:
+    proc: subprocess.Popen
+    traces: Path
+    stderr_path: Path
+    stopped: bool = False
+    exit_code: int | None = None
+    extra: dict = field(default_factory=dict)
+
+    def spans(self) -> list[Span]:
+        return read_spans(self.traces)
+
+    def wait_for(self, predicate: Callable[[list[Span]], bool], timeout_s: float = 20.0
+                 ) -> list[Span]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            spans = self.spans()
+            if predicate(spans) or time.monotonic() > deadline:
+                return spans
+            time.sleep(0.2)
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        if not self.stopped:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.exit_code = self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.exit_code = self.proc.wait(5)
+            self.stopped = True
+        return self.exit_code  # type: ignore[return-value]
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+
+def agent_config(traces: Path, ports: list[int], exporters: dict | None = None) -> str:
+    """A config that selects `ports`, writes spans and metrics to `traces`, and also
+    exports spans to `exporters` ({instance: settings})."""
+    exporters = exporters or {}
+    return yaml.safe_dump({
+        "receivers": {"ebpf": {
+            "targets": {"ports": ports},
+            "ring_buffer": {"poll_interval": "50ms"},
+            "protocols": {"http1": {"response_timeout": "5s"}},
+        }},
+        "processors": {"batch": {"timeout": "200ms"}},
+        "exporters": {"file": {"path": str(traces)}, **exporters},
+        "service": {
+            "pipelines": {
+                "traces": {"receivers": ["ebpf"], "processors": ["batch"],
+                           "exporters": ["file", *exporters]},
+                "metrics": {"receivers": ["ebpf"], "exporters": ["file"]},
+            },
+            "telemetry": {"metrics": {"interval": "1s"}},
+        },
+    })
+
+
+@pytest.fixture
+def start_agent(tmp_path: Path) -> Iterator[Callable[..., AgentRun]]:
+    runs: list[AgentRun] = []
+
+    def start(ports: list[int], exporters: dict | None = None, timeout_s: float = 60.0
+              ) -> AgentRun:
+        require_kernel()
+        traces = tmp_path / f"traces-{len(runs)}.jsonl"
+        cfg = tmp_path / f"agent-{len(runs)}.yaml"
+        cfg.write_text(agent_config(traces, ports, exporters))
+        err = tmp_path / f"agent-{len(runs)}.err"
+        proc = subprocess.Popen(
+            [str(VENV_BIN / "otel-ebpf"), "run", "-c", str(cfg)],
+            stdout=subprocess.DEVNULL, stderr=err.open("w"), cwd=tmp_path,
+        )
+        run = AgentRun(proc, traces, err)
+        runs.append(run)
+        deadline = time.monotonic() + timeout_s
+        while "otel-ebpf ready" not in run.stderr:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                run.stop(5)
+                pytest.fail(f"agent did not start (exit {proc.returncode}):\n{run.stderr}")
+            time.sleep(0.1)
+        return run
+
+    yield start
+    for run in runs:
+        run.stop()
+
+
+@pytest.fixture
+def uvicorn_server(tmp_path: Path) -> Iterator[int]:
+    """The test ASGI app under uvicorn on a free 127.0.0.1 port."""
+    port = free_port()
+    log = (tmp_path / "uvicorn.log").open("w")
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "uvicorn"), "tests.integration.peers.http_app:app",
+         "--host", "127.0.0.1", "--port", str(port), "--no-access-log"],
+        cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, "OTEL_SERVICE_NAME": "test-http-app"},
+    )
+    try:
+        wait_port(port)
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def run_client(kind: str, port: int, paths: list[str]) -> list[dict]:
+    """Run a client in its own process; return its per-request timings."""
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.integration.peers.http_client", kind,
+         f"http://127.0.0.1:{port}", *paths],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
+    )
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
