@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.rotel import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 REQUIRE_BPF = os.environ.get("OTEL_EBPF_REQUIRE_BPF") == "1"
@@ -34,12 +36,6 @@ def require_kernel() -> None:
         if REQUIRE_BPF:
             pytest.fail(msg)
         pytest.skip(msg)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_port(port: int, timeout_s: float = 20.0) -> None:
