@@ -124,6 +124,9 @@ class Agent:
         if not spans:
             return
         self.stats.add("spans.produced", len(spans))
+        timed_out = sum(1 for s in spans if s.attributes.get("error.type") == "timeout")
+        if timed_out:
+            self.stats.add("records.timed_out", timed_out)
         self.traces.submit(spans)
 
     def _update_kernel_counters(self) -> None:

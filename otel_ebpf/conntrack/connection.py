@@ -56,6 +56,10 @@ class Connection:
             return
         if self.parser is None and not self._infer(direction, payload, registry, stats):
             return
+        # A read's bytes are there when it returns (it may have blocked long before they
+        # came); a write's bytes leave when it is called.
+        if direction is Direction.INGRESS:
+            start_ns = end_ns
         chunk = Chunk(pos, pos + msg_len, payload, start_ns, end_ns, tcp_seq if self.tcp else None)
         stream = self.streams[direction]
         if stream.started and pos > stream.known_end:

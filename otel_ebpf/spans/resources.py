@@ -27,6 +27,32 @@ _PY_OPTS_WITH_VALUE = frozenset("cmWX")
 _CONTAINER_ID = re.compile(r"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
 
 
+# command-line options whose value is a secret (--api-key X, --token=X, --password X...)
+_SECRET_OPTION = re.compile(r"^-{1,2}[\w.-]*(key|token|secret|passw|credential|auth)", re.I)
+# credentials inside URLs: scheme://user:password@host
+_URL_CREDENTIALS = re.compile(r"(\w+://)[^/@\s]+@")
+REDACTED = "REDACTED"
+
+
+def redact_args(args: list[str]) -> list[str]:
+    """Command-line arguments with secret values replaced: secrets never leave the host."""
+    out: list[str] = []
+    hide_next = False
+    for arg in args:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        if _SECRET_OPTION.match(arg):
+            name, eq, _ = arg.partition("=")
+            if eq:
+                arg = f"{name}={REDACTED}"
+            else:
+                hide_next = True
+        out.append(_URL_CREDENTIALS.sub(rf"\1{REDACTED}@", arg))
+    return out
+
+
 def python_service_name(args: list[str]) -> str | None:
     """`-m module` or the script's basename (without .py) of a Python command line.
 
@@ -176,7 +202,7 @@ class ProcessResources:
             attrs["process.executable.path"] = exe
             attrs["process.executable.name"] = os.path.basename(exe)
         if args:
-            attrs["process.command_args"] = args
+            attrs["process.command_args"] = redact_args(args)
         if cid := container_id(self._read_bytes(pid, "cgroup").decode(errors="replace")):
             attrs["container.id"] = cid
         attrs["service.name"] = self._derived_service_name(args, exe) or attrs["service.name"]

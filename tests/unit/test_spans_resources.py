@@ -250,3 +250,14 @@ def test_real_proc_self_never_raises():
     attrs = ProcessResources().get(os.getpid(), "pytest")
     assert attrs["process.pid"] == os.getpid()
     assert attrs["service.name"]
+
+
+def test_secret_arguments_are_redacted():
+    from otel_ebpf.spans.resources import redact_args
+
+    assert redact_args(["vllm", "serve", "--api-key", "sk-123", "--port", "8000"]) == [
+        "vllm", "serve", "--api-key", "REDACTED", "--port", "8000"]
+    assert redact_args(["app", "--hf-token=abc", "--auth-file", "/x"]) == [
+        "app", "--hf-token=REDACTED", "--auth-file", "REDACTED"]
+    assert redact_args(["psql", "postgres://bob:hunter2@db/x"]) == [
+        "psql", "postgres://REDACTED@db/x"]

@@ -1,0 +1,117 @@
+"""bpf/include/abi.h and otel_ebpf/kernel/abi.py must agree on every size and offset:
+compile the header with the host compiler and compare."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from otel_ebpf.kernel import abi
+
+REPO = Path(__file__).resolve().parents[2]
+
+PROBE = r"""
+#include <stdio.h>
+#include <stddef.h>
+#include <linux/types.h>
+#include "abi.h"
+#define S(t) printf(#t " %zu\n", sizeof(struct t))
+#define O(t, f) printf(#t "." #f " %zu\n", offsetof(struct t, f))
+int main(void) {
+    S(event_header); S(conn_key); S(addr); S(conn_open_event); S(conn_close_event);
+    S(data_event); S(proc_exit_event); S(agent_config);
+    O(conn_open_event, key); O(conn_open_event, local); O(conn_open_event, remote);
+    O(conn_open_event, role); O(conn_open_event, comm);
+    O(data_event, exit_ns); O(data_event, pos); O(data_event, msg_len);
+    O(data_event, tcp_seq); O(data_event, direction); O(data_event, peer);
+    O(conn_close_event, bytes_sent);
+    printf("ABI_VERSION %d\nMAX_CAPTURE %d\nCOMM_LEN %d\nCNT_MAX %d\nMAX_TARGETS %d\n",
+           ABI_VERSION, MAX_CAPTURE, COMM_LEN, CNT_MAX, MAX_TARGETS);
+    printf("EV %d %d %d %d\n", EV_CONN_OPEN, EV_CONN_CLOSE, EV_DATA, EV_PROC_EXIT);
+    printf("F %d %d %d %d %d %d\n", CONN_F_STREAM, CONN_F_UNIX, CONN_F_TCP,
+           CONN_F_PREEXISTING, DATA_F_TRUNCATED, DATA_F_HAS_PEER);
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def c_layout(tmp_path_factory) -> dict[str, str]:
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.fail("a C compiler is needed to check the ABI (make install brings clang)")
+    tmp = tmp_path_factory.mktemp("abi")
+    (tmp / "probe.c").write_text(PROBE)
+    subprocess.run([cc, "-I", str(REPO / "bpf/include"), "-o", str(tmp / "probe"),
+                    str(tmp / "probe.c")], check=True)
+    out = subprocess.run([str(tmp / "probe")], capture_output=True, text=True, check=True)
+    return dict(line.split(" ", 1) for line in out.stdout.splitlines())
+
+
+def test_sizes(c_layout):
+    assert int(c_layout["event_header"]) == abi.HEADER.size
+    assert int(c_layout["conn_key"]) == abi.KEY.size
+    assert int(c_layout["addr"]) == abi.ADDR.size
+    assert int(c_layout["conn_open_event"]) == abi.CONN_OPEN.size
+    assert int(c_layout["conn_close_event"]) == abi.CONN_CLOSE.size
+    assert int(c_layout["data_event"]) == abi.DATA.size
+    assert int(c_layout["proc_exit_event"]) == abi.PROC_EXIT.size
+    assert int(c_layout["agent_config"]) == abi.AGENT_CONFIG.size
+
+
+def test_offsets(c_layout):
+    h, k, a = abi.HEADER.size, abi.KEY.size, abi.ADDR.size
+    assert int(c_layout["conn_open_event.key"]) == h
+    assert int(c_layout["conn_open_event.local"]) == h + k
+    assert int(c_layout["conn_open_event.remote"]) == h + k + a
+    assert int(c_layout["conn_open_event.role"]) == h + k + 2 * a
+    assert int(c_layout["conn_open_event.comm"]) == h + k + 2 * a + 8
+    assert int(c_layout["conn_close_event.bytes_sent"]) == h + k
+    assert int(c_layout["data_event.exit_ns"]) == h + k
+    assert int(c_layout["data_event.pos"]) == h + k + 8
+    assert int(c_layout["data_event.msg_len"]) == h + k + 16
+    assert int(c_layout["data_event.tcp_seq"]) == h + k + 24
+    assert int(c_layout["data_event.direction"]) == h + k + 28
+    assert int(c_layout["data_event.peer"]) == abi.DATA.size - a
+
+
+def test_constants(c_layout):
+    assert int(c_layout["ABI_VERSION"]) == abi.ABI_VERSION
+    assert int(c_layout["MAX_CAPTURE"]) == abi.MAX_CAPTURE
+    assert int(c_layout["COMM_LEN"]) == abi.COMM_LEN
+    assert int(c_layout["CNT_MAX"]) == abi.CNT_MAX
+    assert int(c_layout["MAX_TARGETS"]) == abi.MAX_TARGETS
+    assert c_layout["EV"].split() == [str(v) for v in (abi.EV_CONN_OPEN, abi.EV_CONN_CLOSE,
+                                                       abi.EV_DATA, abi.EV_PROC_EXIT)]
+    assert c_layout["F"].split() == [str(v) for v in (
+        abi.CONN_F_STREAM, abi.CONN_F_UNIX, abi.CONN_F_TCP, abi.CONN_F_PREEXISTING,
+        abi.DATA_F_TRUNCATED, abi.DATA_F_HAS_PEER)]
+
+
+def test_decode_roundtrip():
+    key = (42, 7, 123456789)
+    open_rec = abi.CONN_OPEN.pack(abi.EV_CONN_OPEN, 43, 1000, *key,
+                                  bytes([127, 0, 0, 1]) + bytes(12), 5555, 2,
+                                  bytes(15) + b"\x01", 80, 10, 1, abi.CONN_F_STREAM | abi.CONN_F_TCP,
+                                  b"curl".ljust(16, b"\0"))
+    ev = abi.decode(open_rec)
+    assert isinstance(ev, abi.ConnOpen)
+    assert ev.key == key and ev.local_addr == "127.0.0.1" and ev.local_port == 5555
+    assert ev.remote_addr == "::1" and ev.remote_port == 80 and ev.comm == "curl"
+
+    payload = b"GET / HTTP/1.1\r\n"
+    data_rec = abi.DATA.pack(abi.EV_DATA, 44, 2000, *key, 2100, 10, 100, len(payload), 99, 0,
+                             abi.DATA_F_TRUNCATED, bytes(16), 0, 0) + payload
+    ev = abi.decode(data_rec)
+    assert isinstance(ev, abi.DataEvent)
+    assert ev.payload == payload and ev.msg_len == 100 and ev.truncated and ev.pos == 10
+    assert ev.peer is None and ev.tcp_seq == 99
+
+
+@pytest.mark.parametrize("record", [b"", b"\x09" + bytes(100), b"\x03" + bytes(10)])
+def test_decode_rejects_bad_records(record):
+    with pytest.raises(abi.BadRecord):
+        abi.decode(record)
