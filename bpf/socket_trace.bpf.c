@@ -244,9 +244,31 @@ static __always_inline void emit_close(struct conn_state *st)
 	count(CNT_CONN_CLOSED, 1);
 }
 
+static __always_inline void emit_open(struct conn_state *st, __u32 role, struct addr *local,
+				      struct addr *remote)
+{
+	struct conn_open_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+	if (!ev) {
+		count(CNT_RINGBUF_DROPS, 1);
+		return;
+	}
+	ev->hdr.type = EV_CONN_OPEN;
+	ev->hdr.tid = (__u32)bpf_get_current_pid_tgid();
+	ev->hdr.ts_ns = st->key.gen;
+	ev->key = st->key;
+	ev->local = *local;
+	ev->remote = *remote;
+	ev->role = role;
+	ev->flags = st->flags;
+	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
+	bpf_ringbuf_submit(ev, wakeup_flags());
+	count(CNT_CONN_OPENED, 1);
+}
+
 /* The connection state of (tgid, fd), created when new or when the fd now names another
- * socket. `role` is the role learned from connect/accept, or ROLE_UNKNOWN on first data.
- * Returns NULL for sockets we do not trace. */
+ * socket (`fresh`: connect/accept just made it). `role` is the role learned from
+ * connect/accept, or ROLE_UNKNOWN on first data. Returns NULL for sockets of a kind we do
+ * not capture; the caller checks `traced`. */
 static __always_inline struct conn_state *get_conn(int fd, struct socket *sock, __u32 role,
 						   bool fresh)
 {
@@ -257,7 +279,7 @@ static __always_inline struct conn_state *get_conn(int fd, struct socket *sock, 
 		return NULL;
 	struct conn_state *st = bpf_map_lookup_elem(&conns, &mkey);
 	if (st && st->sk == (__u64)sk && !fresh)
-		return st->traced ? st : NULL;
+		return st;
 	if (st) {
 		emit_close(st);
 		bpf_map_delete_elem(&conns, &mkey);
@@ -267,38 +289,33 @@ static __always_inline struct conn_state *get_conn(int fd, struct socket *sock, 
 	__u32 flags = socket_flags(sock, sk, &ok);
 	if (!ok)
 		return NULL;
-	struct conn_open_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
-	if (!ev) {
-		count(CNT_RINGBUF_DROPS, 1);
-		return NULL;
-	}
-	__builtin_memset(&ev->local, 0, sizeof(ev->local));
-	__builtin_memset(&ev->remote, 0, sizeof(ev->remote));
-	sock_addrs(sk, &ev->local, &ev->remote);
-
+	struct addr local = {}, remote = {};
+	sock_addrs(sk, &local, &remote);
 	struct conn_state new_st = {};
 	new_st.key.pid = tgid;
 	new_st.key.fd = fd;
 	new_st.key.gen = bpf_ktime_get_ns();
 	new_st.sk = (__u64)sk;
 	new_st.flags = flags | (role == ROLE_UNKNOWN ? CONN_F_PREEXISTING : 0);
-	new_st.traced = is_target(&ev->local, &ev->remote);
+	new_st.traced = is_target(&local, &remote);
 	bpf_map_update_elem(&conns, &mkey, &new_st, BPF_ANY);
+	st = bpf_map_lookup_elem(&conns, &mkey);
+	if (st && st->traced)
+		emit_open(st, role, &local, &remote);
+	return st;
+}
 
-	if (!new_st.traced) {
-		bpf_ringbuf_discard(ev, BPF_RB_NO_WAKEUP);
-		return NULL;
-	}
-	ev->hdr.type = EV_CONN_OPEN;
-	ev->hdr.tid = (__u32)bpf_get_current_pid_tgid();
-	ev->hdr.ts_ns = new_st.key.gen;
-	ev->key = new_st.key;
-	ev->role = role;
-	ev->flags = new_st.flags;
-	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
-	bpf_ringbuf_submit(ev, wakeup_flags());
-	count(CNT_CONN_OPENED, 1);
-	return bpf_map_lookup_elem(&conns, &mkey);
+/* An unconnected datagram socket is selected by port per datagram: its peer varies. */
+static __always_inline bool datagram_selected(struct conn_state *st, struct sock *sk,
+					      struct addr *peer)
+{
+	if (!cfg.filter_ports || !peer->family || !bpf_map_lookup_elem(&target_ports, &peer->port))
+		return false;
+	struct addr local = {}, remote = {};
+	sock_addrs(sk, &local, &remote);
+	st->traced = 1;
+	emit_open(st, ROLE_UNKNOWN, &local, &remote);
+	return true;
 }
 
 /* ---- syscall enter: remember the arguments ---------------------------------------- */
@@ -312,8 +329,9 @@ static __always_inline int remember(int fd, __u64 ptr, __u64 addr, __u32 kind, _
 	__u64 mkey = conn_map_key(tgid, fd);
 	struct conn_state *st = bpf_map_lookup_elem(&conns, &mkey);
 	/* Known and not selected: nothing to do. Unknown: only sockets are worth the exit. */
-	if (st && !st->traced && kind != ARG_CONNECT)
-		return 0;
+	if (st && !st->traced && kind != ARG_CONNECT &&
+	    ((st->flags & CONN_F_STREAM) || !cfg.filter_ports))
+		return 0; /* (an unselected datagram socket may still send to a selected port) */
 	if (!st && !fd_to_socket(fd))
 		return 0;
 	struct syscall_args a = {
@@ -476,29 +494,37 @@ static __always_inline int on_exit(struct trace_event_raw_sys_exit *ctx, __u8 di
 	struct conn_state *st = get_conn(a.fd, sock, ROLE_UNKNOWN, false);
 	if (!st)
 		return 0;
-	__u32 seq = tcp_seq_of(st, BPF_CORE_READ(sock, sk), dir, ret);
+	struct sock *sk = BPF_CORE_READ(sock, sk);
 	bool datagram = !(st->flags & CONN_F_STREAM);
+	struct user_msghdr msg = {};
+	if (a.kind == ARG_MSG && bpf_probe_read_user(&msg, sizeof(msg), (void *)a.ptr))
+		return 0;
 	struct addr peer = {};
+	if (datagram) {
+		__u64 name = 0;
+		if (a.kind == ARG_BUF)
+			name = a.addr;
+		else if (a.kind == ARG_MSG)
+			name = (__u64)msg.msg_name;
+		else if (a.kind == ARG_MMSG)
+			bpf_probe_read_user(&name, sizeof(name), (void *)a.ptr); /* msg_hdr.msg_name */
+		read_sockaddr(name, &peer);
+	}
+	if (!st->traced && !(datagram && datagram_selected(st, sk, &peer)))
+		return 0;
+	__u32 seq = tcp_seq_of(st, sk, dir, ret);
 
 	switch (a.kind) {
 	case ARG_BUF:
-		if (datagram)
-			read_sockaddr(a.addr, &peer);
 		emit_data(st, &a, dir, ret, a.ptr, 0, 0, datagram ? &peer : NULL, seq);
 		break;
 	case ARG_IOV:
 		emit_data(st, &a, dir, ret, 0, a.ptr, a.count, NULL, seq);
 		break;
-	case ARG_MSG: {
-		struct user_msghdr msg = {};
-		if (bpf_probe_read_user(&msg, sizeof(msg), (void *)a.ptr))
-			return 0;
-		if (datagram)
-			read_sockaddr((__u64)msg.msg_name, &peer);
+	case ARG_MSG:
 		emit_data(st, &a, dir, ret, 0, (__u64)msg.msg_iov, msg.msg_iovlen,
 			  datagram ? &peer : NULL, seq);
 		break;
-	}
 	case ARG_MMSG: {
 		/* One event per datagram: ret is the number of messages moved. */
 		__u32 n = ret < a.count ? ret : a.count;

@@ -1,0 +1,112 @@
+"""Socket traffic of every kind the kernel side captures, run as its own process:
+`python -m tests.integration.peers.sockets KIND PORT`."""
+
+import ctypes
+import os
+import socket
+import sys
+import time
+
+
+def udp(port: int) -> None:
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", port))
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx.sendto(b"dgram-sendto", ("127.0.0.1", port))
+    rx.recvfrom(100)
+    tx.sendmsg([b"dgram-", b"sendmsg"], [], 0, ("127.0.0.1", port))
+    rx.recvmsg(100)
+
+
+class IOVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+class MsgHdr(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32),
+                ("iov", ctypes.POINTER(IOVec)), ("iovlen", ctypes.c_size_t),
+                ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
+                ("flags", ctypes.c_int)]
+
+
+class MMsgHdr(ctypes.Structure):
+    _fields_ = [("hdr", MsgHdr), ("len", ctypes.c_uint)]
+
+
+def mmsg(port: int) -> None:
+    """sendmmsg/recvmmsg, which Python's socket module does not wrap: three datagrams each."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", port))
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx.connect(("127.0.0.1", port))
+    payloads = [b"mmsg-%d" % i for i in range(3)]
+    bufs = [ctypes.create_string_buffer(p, len(p)) for p in payloads]
+    iovs = [IOVec(ctypes.cast(b, ctypes.c_void_p), len(p)) for b, p in zip(bufs, payloads)]
+    msgs = (MMsgHdr * 3)()
+    for i, iov in enumerate(iovs):
+        msgs[i].hdr.iov = ctypes.pointer(iov)
+        msgs[i].hdr.iovlen = 1
+    assert libc.sendmmsg(tx.fileno(), msgs, 3, 0) == 3, ctypes.get_errno()
+    rbufs = [ctypes.create_string_buffer(64) for _ in range(3)]
+    riovs = [IOVec(ctypes.cast(b, ctypes.c_void_p), 64) for b in rbufs]
+    rmsgs = (MMsgHdr * 3)()
+    names = [ctypes.create_string_buffer(16) for _ in range(3)]
+    for i, iov in enumerate(riovs):
+        rmsgs[i].hdr.iov = ctypes.pointer(iov)
+        rmsgs[i].hdr.iovlen = 1
+        rmsgs[i].hdr.name = ctypes.cast(names[i], ctypes.c_void_p)
+        rmsgs[i].hdr.namelen = 16
+    time.sleep(0.05)
+    assert libc.recvmmsg(rx.fileno(), rmsgs, 3, 0, None) == 3, ctypes.get_errno()
+
+
+def tcp_kinds(port: int) -> None:
+    """One TCP connection over IPv6 exercising write/read, writev/readv, send/recv, and a
+    message larger than the capture size."""
+    srv = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    srv.bind(("::1", port))
+    srv.listen()
+    cli = socket.create_connection(("::1", port))
+    conn, _ = srv.accept()
+    os.write(cli.fileno(), b"write-call")
+    os.read(conn.fileno(), 100)
+    os.writev(cli.fileno(), [b"writev-", b"call"])
+    os.readv(conn.fileno(), [bytearray(100)])
+    cli.send(b"x" * 10000)
+    got = 0
+    while got < 10000:
+        got += len(conn.recv(65536))
+    for s in (cli, conn, srv):
+        s.close()
+
+
+def fd_reuse(port: int) -> None:
+    """Two connections in a row that get the same fd number."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", port))
+    srv.listen()
+    for i in range(2):
+        cli = socket.create_connection(("127.0.0.1", port))
+        conn, _ = srv.accept()
+        cli.sendall(b"conn %d" % i)
+        conn.recv(100)
+        cli.close()
+        conn.close()
+
+
+def unix(path: str) -> None:
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen()
+    cli = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    cli.connect(path)
+    conn, _ = srv.accept()
+    cli.sendall(b"over-unix")
+    conn.recv(100)
+
+
+if __name__ == "__main__":
+    kind, arg = sys.argv[1], sys.argv[2]
+    fn = {"udp": udp, "mmsg": mmsg, "tcp": tcp_kinds, "fd_reuse": fd_reuse, "unix": unix}[kind]
+    fn(arg if kind == "unix" else int(arg))
