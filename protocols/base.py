@@ -13,9 +13,13 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Union
+from typing import Any, ClassVar, Literal
 
-AttributeValue = Union[str, bool, int, float, list[str], list[int], list[float]]
+AttributeValue = str | bool | int | float | list[str] | list[int] | list[float]
+
+# `consumed` meaning "every byte of this direction from here to the close is mine" (a body
+# delimited by the close, a tunnel after an upgrade): nothing more is parsed or resynced.
+UNTIL_CLOSE = 1 << 62
 
 
 class Direction(enum.IntEnum):
@@ -155,12 +159,13 @@ class ProtocolParser(ABC):
         `buf` holds the contiguous bytes from the stream's current position. `consumed`
         may be larger than len(buf): the parser then asks to skip bytes it need not see
         (a body beyond the capture size); they are skipped by position, even across
-        bytes the kernel did not capture.
+        bytes the kernel did not capture. UNTIL_CLOSE skips everything until the close.
       resync(direction, buf, state) after bytes were lost or parse said INVALID: the parser
         drops any partial frame of that direction and returns the offset in buf where a
         frame may start, or None when there is none in buf.
       finish(direction, state) when the connection closes: a frame delimited by the close
-        (an HTTP/1.0 body read until EOF), or None.
+        (an HTTP/1.0 body read until EOF), or None. The tracker sets its `size` to the bytes
+        from its first byte to the close, which only the tracker knows.
     and then stitch(state, now_ns) to collect records, and to_spans(record, conn).
     Parsers never raise on bad bytes.
     """

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
+from typing import NamedTuple
 
 from otel_ebpf.protocols.base import (
     ConnInfo,
@@ -14,6 +15,7 @@ from otel_ebpf.protocols.base import (
     ParseResult,
     ParserState,
     ProtocolParser,
+    Record,
     Role,
 )
 from otel_ebpf.protocols.registry import Registry
@@ -24,6 +26,15 @@ from .stream import Chunk, Stream
 INFER_ATTEMPTS = 16  # data events per connection offered to inference before giving up
 FOREVER_NS = 2**63 - 1
 MAX_PARSE_STEPS = 10_000  # per feed: a parser that never advances cannot hang the agent
+RESYNC_TAIL = 16  # bytes kept when resync finds nothing: a message start may be cut there
+
+
+class FrameStart(NamedTuple):
+    """Where and when the frame being parsed began (looked up when its first byte is)."""
+
+    pos: int
+    ns: int
+    tcp_seq: int | None
 
 
 class Connection:
@@ -38,12 +49,21 @@ class Connection:
         self.parser: ProtocolParser | None = None
         self.state: ParserState | None = None
         self.streams = (Stream(), Stream())
-        self.frame_start: list[int | None] = [None, None]  # position where a partial frame began
-        self.resync = [False, False]
-        self.pending: tuple[deque[tuple[Frame, int]], deque[tuple[Frame, int]]] = (deque(), deque())
+        self.frame_start: list[FrameStart | None] = [None, None]
+        self.resync = [False, False]  # bytes were lost: find a frame boundary first
+        # frames parsed whose last byte has not arrived yet (skipped bodies), with their end
+        self.pending: tuple[deque[tuple[Frame, int]], deque[tuple[Frame, int]]] = (
+            deque(), deque())
         self.infer_attempts = 0
         self.unparsed = False
         self.last_ns = info.generation  # kernel time the socket was first seen
+
+    def adopt(self, parser: ProtocolParser, role: Role) -> None:
+        """Parse this connection with `parser`, the traced process having `role`."""
+        if role != self.info.role:
+            self.info = dataclasses.replace(self.info, role=role)
+        self.parser = parser
+        self.state = parser.new_state(self.info)
 
     # ---- input -------------------------------------------------------------------
 
@@ -60,11 +80,11 @@ class Connection:
         # came); a write's bytes leave when it is called.
         if direction is Direction.INGRESS:
             start_ns = end_ns
-        chunk = Chunk(pos, pos + msg_len, payload, start_ns, end_ns, tcp_seq if self.tcp else None)
         stream = self.streams[direction]
         if stream.started and pos > stream.known_end:
-            stats.add("gaps")
-        stream.add(chunk)
+            stats.add("gaps")  # events lost between the last one and this
+        stream.add(Chunk(pos, pos + msg_len, payload, start_ns, end_ns,
+                         tcp_seq if self.tcp else None))
         self._parse(direction, stats)
         self._finish_pending(direction)
 
@@ -76,11 +96,7 @@ class Connection:
                 self.unparsed = True
                 stats.add("connections.unparsed")
             return False
-        parser, role = found
-        if role != self.info.role:
-            self.info = dataclasses.replace(self.info, role=role)
-        self.parser = parser
-        self.state = parser.new_state(self.info)
+        self.adopt(*found)
         # Bytes the other direction carried before now were dropped: start it at a boundary.
         if self.infer_attempts > 1:
             self.resync[direction.opposite] = True
@@ -102,7 +118,13 @@ class Connection:
                 offset = parser.resync(direction, view, state)
                 view.release()
                 if offset is None:
-                    stream.consume(len(stream.buf))
+                    drop = len(stream.buf) - RESYNC_TAIL
+                    if drop > 0:
+                        stream.consume(drop)
+                    elif stream.hole_ahead():
+                        self._lose_bytes(direction, stats)
+                    else:
+                        return
                     continue
                 stream.consume(offset)
                 self.resync[direction] = False
@@ -118,13 +140,18 @@ class Connection:
                         continue
                     return
                 if self.frame_start[direction] is None:
-                    self.frame_start[direction] = stream.head
+                    self.frame_start[direction] = self._start_at(stream, stream.head)
                 stream.consume(consumed)
             else:  # INVALID, or a FRAME without a frame
                 stats.add("parse.errors", protocol=parser.name)
                 self.resync[direction] = True
                 self.frame_start[direction] = None
-                stream.consume(max(consumed, 1))
+                stream.consume(max(consumed, 1))  # never resync where it just failed
+
+    @staticmethod
+    def _start_at(stream: Stream, pos: int) -> FrameStart:
+        ns, seq = stream.time_of_first(pos)
+        return FrameStart(pos, ns, seq)
 
     def _lose_bytes(self, direction: Direction, stats: Stats) -> None:
         self.streams[direction].jump_hole()
@@ -132,16 +159,17 @@ class Connection:
         self.resync[direction] = True
         self.frame_start[direction] = None
 
+    def _stamp_start(self, direction: Direction, frame: Frame) -> None:
+        start = self.frame_start[direction] or self._start_at(self.streams[direction],
+                                                               self.streams[direction].head)
+        self.frame_start[direction] = None
+        frame.direction = direction
+        frame.stream_pos, frame.start_ns, frame.tcp_seq = start
+
     def _frame_done(self, direction: Direction, frame: Frame, consumed: int) -> None:
         stream = self.streams[direction]
-        start = self.frame_start[direction]
-        if start is None:
-            start = stream.head
-        self.frame_start[direction] = None
+        self._stamp_start(direction, frame)
         end = stream.head + consumed
-        frame.direction = direction
-        frame.stream_pos = start
-        frame.start_ns, frame.tcp_seq = stream.time_of_first(start)
         stream.consume(consumed)
         self.pending[direction].append((frame, end))
 
@@ -158,45 +186,40 @@ class Connection:
             frame.size = frame.size or end - frame.stream_pos
             frames.append(frame)
             pending.popleft()
-        keep = min(
-            [stream.head]
-            + [f.stream_pos for f, _ in pending]
-            + [e - 1 for _, e in pending]
-            + ([self.frame_start[direction]] if self.frame_start[direction] is not None else [])
-        )
-        stream.prune(keep)
+        stream.prune(min(stream.head, pending[0][1] - 1) if pending else stream.head)
 
     # ---- output ------------------------------------------------------------------
 
-    def collect(self, now_ns: int) -> list[NeutralSpan]:
+    def stitch(self, now_ns: int) -> list[Record]:
         if self.parser is None or self.state is None:
             return []
+        return self.parser.stitch(self.state, now_ns)
+
+    def collect(self, now_ns: int) -> list[NeutralSpan]:
+        """Spans of the records the parser could complete by now_ns."""
         spans: list[NeutralSpan] = []
-        for record in self.parser.stitch(self.state, now_ns):
-            spans.extend(self.parser.to_spans(record, self.info))
+        for record in self.stitch(now_ns):
+            spans.extend(self.parser.to_spans(record, self.info))  # type: ignore[union-attr]
         return spans
 
-    def close(self) -> list[NeutralSpan]:
-        """The connection ended: frames delimited by the close, then everything pending."""
+    def finish(self) -> None:
+        """The connection ended: frames whose last bytes never came end at the last byte
+        seen; then the frames only the close delimits."""
         if self.parser is None or self.state is None:
-            return []
+            return
         for direction in Direction:
             stream, frames = self.streams[direction], self.state.frames[direction]
-            last_ns = stream.times[-1].end_ns if stream.times else 0
-            # frames whose last bytes never came: they end at the last byte seen
             for frame, _ in self.pending[direction]:
-                frame.end_ns = max(last_ns, frame.start_ns)
+                frame.end_ns = max(stream.last_end_ns, frame.start_ns)
                 frames.append(frame)
             self.pending[direction].clear()
             frame = self.parser.finish(direction, self.state)
             if frame is not None:
-                start = self.frame_start[direction]
-                start = stream.head if start is None else start
-                frame.direction = direction
-                frame.stream_pos = start
-                frame.start_ns, frame.tcp_seq = stream.time_of_first(start)
-                frame.end_ns = max(last_ns, frame.start_ns)
-                frame.size = frame.size or stream.known_end - start
+                self._stamp_start(direction, frame)
+                frame.end_ns = max(stream.last_end_ns, frame.start_ns)
+                frame.size = stream.known_end - frame.stream_pos
                 frames.append(frame)
-        return self.collect(FOREVER_NS)
 
+    def close(self) -> list[NeutralSpan]:
+        self.finish()
+        return self.collect(FOREVER_NS)

@@ -27,7 +27,7 @@ class Stream:
     yet (a body skipped by length), and later chunks are trimmed against it.
     """
 
-    __slots__ = ("head", "buf", "queue", "times", "started", "known_end")
+    __slots__ = ("head", "buf", "queue", "times", "started", "known_end", "last_end_ns")
 
     def __init__(self) -> None:
         self.head = 0
@@ -36,12 +36,14 @@ class Stream:
         self.times: deque[Chunk] = deque()  # recent chunks, for time/seq lookups by position
         self.started = False
         self.known_end = 0  # end of the furthest chunk seen
+        self.last_end_ns = 0  # when the latest chunk's syscall returned
 
     def add(self, chunk: Chunk) -> None:
         if not self.started:
             self.head = chunk.pos
             self.started = True
         self.known_end = max(self.known_end, chunk.end)
+        self.last_end_ns = chunk.end_ns
         self.times.append(chunk)
         self.queue.append(chunk)
         self._fill()

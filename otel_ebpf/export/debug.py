@@ -7,7 +7,7 @@ a command is asked for (`otel-ebpf check --json`, say) and can be piped.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
@@ -34,7 +34,7 @@ def _attrs(attributes: Mapping[str, Any] | None, limit: int | None = None) -> st
 def _time(ns: int | None) -> str:
     if not ns:
         return "-"
-    return datetime.fromtimestamp(ns / 1e9, timezone.utc).isoformat(timespec="microseconds")
+    return datetime.fromtimestamp(ns / 1e9, UTC).isoformat(timespec="microseconds")
 
 
 def _duration(span: ReadableSpan) -> str:

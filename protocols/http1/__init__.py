@@ -1,1 +1,68 @@
-"""HTTP/1.x."""
+"""HTTP/1.0 and 1.1: the `http1` protocol parser, one front door over parse, stitch and spans."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..base import (
+    ConnInfo,
+    Direction,
+    Frame,
+    NeutralSpan,
+    ParseResult,
+    ProtocolParser,
+    Record,
+    Role,
+)
+from . import parse as _parse
+from .parse import HTTP1State, HTTPMessage, HTTPRequest, HTTPResponse
+from .spans import to_spans
+from .stitch import HTTPRecord, stitch
+
+__all__ = ["HTTP1Parser", "HTTP1State", "HTTPMessage", "HTTPRecord", "HTTPRequest", "HTTPResponse"]
+
+
+class HTTP1Parser(ProtocolParser):
+    """Options: response_timeout_s (float, 30), capture_headers (bool, False)."""
+
+    name = "http1"
+    transport = "stream"
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(options)
+        timeout = float(self.options.get("response_timeout_s", 30.0))
+        if not timeout > 0:
+            raise ValueError(f"http1: response_timeout_s must be > 0, got {timeout}")
+        self.response_timeout_ns = int(timeout * 1e9)
+        self.capture_headers = _flag(self.options.get("capture_headers", False))
+
+    def infer(self, direction: Direction, head: bytes, conn: ConnInfo) -> Role | None:
+        return _parse.infer(direction, head)
+
+    def new_state(self, conn: ConnInfo) -> HTTP1State:
+        return HTTP1State(conn)
+
+    def parse(
+        self, direction: Direction, buf: memoryview, state: HTTP1State
+    ) -> tuple[ParseResult, Frame | None, int]:
+        return _parse.parse(direction, buf, state, self.capture_headers)
+
+    def resync(self, direction: Direction, buf: memoryview, state: HTTP1State) -> int | None:
+        return _parse.resync(direction, buf, state)
+
+    def finish(self, direction: Direction, state: HTTP1State) -> Frame | None:
+        return _parse.finish(direction, state)
+
+    def stitch(self, state: HTTP1State, now_ns: int) -> list[Record]:
+        return stitch(state, now_ns, self.response_timeout_ns)
+
+    def to_spans(self, record: HTTPRecord, conn: ConnInfo) -> list[NeutralSpan]:
+        return to_spans(record, conn, self.capture_headers)
+
+
+def _flag(value: Any) -> bool:
+    # settings may come from environment variables as text: "false" must mean False
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)

@@ -96,7 +96,7 @@ def test_curl_and_error_statuses(start_agent, uvicorn_server):
                        check=True, timeout=30)
         timings.append({"path": path, "t0": t0, "t1": time.time_ns()})
     spans = agent.wait_for(have_pairs([p for p, _ in cases]))
-    for (path, status), t in zip(cases, timings):
+    for (path, status), t in zip(cases, timings, strict=True):
         client, server = check_request(spans, t, port, status=status)
         assert client.resource["service.name"] == "curl"
         assert client.attrs["user_agent.original"].startswith("curl/")

@@ -9,11 +9,11 @@ import sys
 import time
 
 import pytest
+from otel_ebpf.protocols.base import Direction, Role
 
 from otel_ebpf.kernel import abi
 from otel_ebpf.kernel.libbpf import LibbpfLog
 from otel_ebpf.kernel.socket_tracer import CaptureSettings, SocketTracer
-from otel_ebpf.protocols.base import Direction, Role
 
 from .conftest import REPO, free_port, require_kernel
 

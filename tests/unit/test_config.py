@@ -454,7 +454,7 @@ ERRORS = [
     ("receivers: {ebpf: {targets: {pids: 5}}}", "receivers.ebpf.targets.pids", "list"),
     ("receivers: {ebpf: {targets: {ports: [80, 70000]}}}", "receivers.ebpf.targets.ports[1]", "65535"),
     ("receivers: {ebpf: {targets: {ports: [true]}}}", "receivers.ebpf.targets.ports[0]", "65535"),
-    ("receivers: {ebpf: {targets: {ports: [%s]}}}" % ", ".join(["80"] * 1025), "receivers.ebpf.targets.ports", "at most 1024"),
+    ("receivers: {ebpf: {targets: {ports: [" + ", ".join(["80"] * 1025) + "]}}}", "receivers.ebpf.targets.ports", "at most 1024"),
     ("receivers: {ebpf: {targets: {process_names: ['']}}}", "receivers.ebpf.targets.process_names[0]", "name"),
     ("receivers: {ebpf: {capture: {max_bytes: 0}}}", "receivers.ebpf.capture.max_bytes", "1 to 65536"),
     ("receivers: {ebpf: {capture: {max_bytes: 1.5}}}", "receivers.ebpf.capture.max_bytes", "integer"),

@@ -3,10 +3,11 @@ delivers them: roles, truncation, lost events, closes, process exits, the LRU bo
 
 from __future__ import annotations
 
-from otel_ebpf.conntrack.table import ConnTable
-from otel_ebpf.kernel import abi
 from otel_ebpf.protocols.base import Direction, Role, SpanKind, StatusCode
 from otel_ebpf.protocols.registry import Registry
+
+from otel_ebpf.conntrack.table import ConnTable
+from otel_ebpf.kernel import abi
 from otel_ebpf.telemetry import Stats
 
 OUT, IN = Direction.EGRESS, Direction.INGRESS

@@ -4,11 +4,11 @@ import io
 
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from otel_ebpf.protocols.base import ConnInfo, NeutralSpan, Role, SpanEvent, SpanKind, StatusCode
 from rich.console import Console
 
 from otel_ebpf.correlate import assign_ids
 from otel_ebpf.export.debug import DebugMetricExporter, DebugSpanExporter
-from otel_ebpf.protocols.base import ConnInfo, NeutralSpan, Role, SpanEvent, SpanKind, StatusCode
 from otel_ebpf.spans.clock import KernelClock
 from otel_ebpf.spans.convert import resource_for, to_readable
 

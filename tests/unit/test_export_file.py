@@ -7,10 +7,10 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export import SpanExportResult
+from otel_ebpf.protocols.base import ConnInfo, NeutralSpan, Role, SpanEvent, SpanKind, StatusCode
 
 from otel_ebpf.correlate import assign_ids
 from otel_ebpf.export.file import FileExporterError, FileMetricExporter, FileSpanExporter
-from otel_ebpf.protocols.base import ConnInfo, NeutralSpan, Role, SpanEvent, SpanKind, StatusCode
 from otel_ebpf.spans.clock import KernelClock
 from otel_ebpf.spans.convert import resource_for, to_readable
 

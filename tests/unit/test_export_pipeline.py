@@ -2,9 +2,10 @@
 
 import json
 
+from otel_ebpf.protocols.base import ConnInfo, NeutralSpan, Role, SpanKind
+
 from otel_ebpf.export.factory import build_metric_exporters, build_span_exporters
 from otel_ebpf.export.pipeline import MetricsPipeline, TracePipeline
-from otel_ebpf.protocols.base import ConnInfo, NeutralSpan, Role, SpanKind
 from otel_ebpf.spans.clock import KernelClock
 from otel_ebpf.spans.resources import ProcessResources
 from otel_ebpf.telemetry import COUNTERS, Stats

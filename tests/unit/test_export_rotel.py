@@ -4,14 +4,13 @@ import os
 import time
 
 import pytest
+from otel_ebpf.protocols.base import ConnInfo, NeutralSpan, Role, SpanKind, StatusCode
 
 from otel_ebpf.export.factory import build_metric_exporters, build_span_exporters
 from otel_ebpf.export.pipeline import MetricsPipeline, TracePipeline
-from otel_ebpf.protocols.base import ConnInfo, NeutralSpan, Role, SpanKind, StatusCode
 from otel_ebpf.spans.clock import KernelClock
 from otel_ebpf.spans.resources import ProcessResources
 from otel_ebpf.telemetry import Stats
-
 from tests.support.rotel import SEEN_TIMEOUT_S, Rotel, free_port
 
 

@@ -2,10 +2,10 @@
 
 from opentelemetry import trace as trace_api
 from opentelemetry.trace.status import StatusCode as ApiStatusCode
+from otel_ebpf.protocols.base import ConnInfo, NeutralSpan, Role, SpanEvent, SpanKind, StatusCode
 
 from otel_ebpf import __version__
 from otel_ebpf.correlate import assign_ids
-from otel_ebpf.protocols.base import ConnInfo, NeutralSpan, Role, SpanEvent, SpanKind, StatusCode
 from otel_ebpf.spans.clock import KernelClock
 from otel_ebpf.spans.convert import resource_for, to_readable
 

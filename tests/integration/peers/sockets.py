@@ -42,7 +42,7 @@ def mmsg(port: int) -> None:
     tx.connect(("127.0.0.1", port))
     payloads = [b"mmsg-%d" % i for i in range(3)]
     bufs = [ctypes.create_string_buffer(p, len(p)) for p in payloads]
-    iovs = [IOVec(ctypes.cast(b, ctypes.c_void_p), len(p)) for b, p in zip(bufs, payloads)]
+    iovs = [IOVec(ctypes.cast(b, ctypes.c_void_p), len(p)) for b, p in zip(bufs, payloads, strict=True)]
     msgs = (MMsgHdr * 3)()
     for i, iov in enumerate(iovs):
         msgs[i].hdr.iov = ctypes.pointer(iov)

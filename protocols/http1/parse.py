@@ -1,0 +1,461 @@
+"""HTTP/1.x framing: heads validated by llhttp (httptools), bodies skipped by length, never read."""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import httptools
+
+from ..base import UNTIL_CLOSE, ConnInfo, Direction, Frame, ParseResult, ParserState, Role
+
+MAX_HEAD = 64 * 1024  # a head this long without its blank line is not HTTP we can follow
+MAX_LINE = 8 * 1024  # request or status line
+MAX_CHUNK_LINE = 1024  # hex size plus extensions
+SENT_LIMIT = 256  # requests awaiting a response; beyond that pairing is lost anyway
+
+NEED, FRAME, INVALID = ParseResult.NEED_MORE, ParseResult.FRAME, ParseResult.INVALID
+Step = tuple[ParseResult, Frame | None, int]
+
+# Secrets never enter a frame: they are dropped as llhttp hands the header over.
+SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
+SECRET_PARTS = ("api-key", "api_key", "apikey", "token", "secret")
+
+
+def is_secret(name: str) -> bool:
+    """Whether a header (or query parameter) named `name` (lower case) may carry a secret."""
+    return name in SECRET_HEADERS or any(part in name for part in SECRET_PARTS)
+
+
+# --- line shapes -------------------------------------------------------------------------
+
+
+def _prefix_of(atoms: list[bytes]) -> bytes:
+    """A regex matching any prefix (empty included) of the sequence of regex atoms."""
+    out = b""
+    for atom in reversed(atoms):
+        out = b"(?:" + atom + out + b")?"
+    return out
+
+
+_VERSION_ATOMS = [b"H", b"T", b"T", b"P", b"/", b"1", rb"\.", b"[01]"]
+_STATUS_ATOMS = [*_VERSION_ATOMS, b" ", rb"\d", rb"\d", rb"\d"]
+_KNOWN_METHOD = rb"(?:GET|HEAD|POST|PUT|DELETE|CONNECT|OPTIONS|TRACE|PATCH)"
+# origin form (/p), asterisk (*), absolute URI (scheme:...) or authority (host:port, [v6]:port)
+_TARGET = rb"(?:[/*]|[A-Za-z0-9][A-Za-z0-9+.-]*:|\[)[!-~]*"
+
+# Strict shapes, to claim a connection (infer) or find a message after lost bytes (resync).
+# A *_CUT shape is what a line cut by the end of the capture may look like.
+_REQUEST_LINE = re.compile(_KNOWN_METHOD + b" " + _TARGET + rb" HTTP/1\.[01]")
+_REQUEST_CUT = re.compile(_KNOWN_METHOD + b" " + _TARGET + b"(?: " + _prefix_of(_VERSION_ATOMS) + b")?")
+_STATUS_LINE = re.compile(rb"HTTP/1\.[01] [1-5]\d\d(?: [^\r\n]*)?")
+_STATUS_CUT = re.compile(_STATUS_LINE.pattern + b"|" + _prefix_of(_STATUS_ATOMS))
+_REQUEST_CANDIDATE = re.compile(_KNOWN_METHOD + b" ")
+_STATUS_CANDIDATE = re.compile(rb"HTTP/1\.")
+
+# Loose shapes, to tell early that a head being received cannot be HTTP (any llhttp method).
+_ANY_REQUEST_LINE = re.compile(rb"[A-Z_-]{1,20} [!-~\x80-\xff]+ HTTP/1\.[01]")
+_ANY_REQUEST_CUT = re.compile(
+    rb"[A-Z_-]{0,20}|[A-Z_-]{1,20} [!-~\x80-\xff]*(?: " + _prefix_of(_VERSION_ATOMS) + b")?"
+)
+_ANY_STATUS_LINE = re.compile(rb"HTTP/1\.[01] \d\d\d(?: [^\r\n]*)?")
+_ANY_STATUS_CUT = re.compile(_ANY_STATUS_LINE.pattern + b"|" + _prefix_of(_STATUS_ATOMS))
+
+_LEADING_CRLF = re.compile(rb"[\r\n]*")  # empty lines before a message are tolerated (RFC 9112 §2.2)
+_CRLF = re.compile(rb"\r\n")
+_HEAD_END = re.compile(rb"\r\n\r\n")
+_CHUNK_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?\r\n")
+_LF = re.compile(rb"\n")
+_DIGITS = re.compile(r"[0-9]{1,19}")  # llhttp checked it already; str.isdigit would take "²"
+
+
+def _line_at(buf, pos: int, whole: re.Pattern, cut: re.Pattern) -> bool:
+    """Whether the line at `pos` has the shape `whole`, or `cut` when the buffer ends inside it."""
+    end = _CRLF.search(buf, pos, pos + MAX_LINE)
+    if end is not None:
+        return whole.fullmatch(buf, pos, end.start()) is not None
+    cut_at = len(buf) - (buf[-1:] == b"\r")  # the CR of the CRLF may have come alone
+    return cut_at - pos <= MAX_LINE and cut.fullmatch(buf, pos, cut_at) is not None
+
+
+# --- frames and state --------------------------------------------------------------------
+
+
+@dataclass(slots=True, kw_only=True)
+class HTTPMessage(Frame):
+    """What requests and responses share. Headers are kept only with capture_headers."""
+
+    version: str = "1.1"
+    headers: dict[str, list[str]] = field(default_factory=dict)  # lower-case names, no secrets
+    host: str = ""
+    user_agent: str = ""
+    upgrade: str = ""  # the Upgrade header: protocols asked for (request) or switched to (101)
+    body_size: int | None = None  # payload bytes (chunk framing excluded); None: no body
+    chunks: int = 0
+    index: int = -1  # which request of the connection this is or answers; -1: unknown
+    close_head: int = -1  # a body the close delimits starts after this many bytes
+
+    @property
+    def body_bytes(self) -> int | None:
+        """Body size; for a body the close delimits, known once the tracker set `size`."""
+        if self.close_head >= 0:
+            return self.size - self.close_head
+        return self.body_size
+
+
+@dataclass(slots=True, kw_only=True)
+class HTTPRequest(HTTPMessage):
+    method: str = "GET"
+    target: str = ""
+
+
+@dataclass(slots=True, kw_only=True)
+class HTTPResponse(HTTPMessage):
+    status: int = 0
+    reason: str = ""
+    upgraded: bool = False  # the connection stopped speaking HTTP/1 after this response
+    interim: tuple[int, ...] = ()  # 1xx codes received before this final response
+
+
+class Sent(NamedTuple):
+    """A request whose head was seen, waiting for its response's head."""
+
+    index: int
+    method: str
+    switch: bool  # Upgrade or CONNECT: the connection may stop speaking HTTP/1
+
+
+_UNKNOWN_REQUEST = Sent(-1, "GET", False)  # capture began after the request: assume GET
+
+
+class Body(enum.Enum):
+    """How a message's body ends (RFC 9112 §6.3); the last three are states between calls."""
+
+    NONE = "none"
+    LENGTH = "length"
+    TUNNEL = "tunnel"
+    CHUNKED = "chunked"  # waiting for a chunk-size line
+    TRAILERS = "trailers"  # after the last chunk
+    UNTIL_CLOSE = "until_close"
+
+
+class _Stream:
+    """One direction's message in progress, once its head is past."""
+
+    __slots__ = ("body", "frame", "interim", "size")
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.frame: HTTPMessage | None = None
+        self.body: Body | None = None
+        self.size = 0  # bytes of the message consumed so far, interim 1xx heads included
+        self.interim: list[int] = []
+
+
+class HTTP1State(ParserState):
+    """Per connection: a stream per direction and the requests still waiting for a response."""
+
+    __slots__ = (
+        "answered",
+        "closed",
+        "next_index",
+        "orphan_responses",
+        "requests",
+        "sent",
+        "streams",
+        "switch_pending",
+        "tunnel",
+    )
+
+    def __init__(self, conn: ConnInfo) -> None:
+        super().__init__(conn)
+        # a client writes its requests, a server reads them
+        self.requests = Direction.INGRESS if conn.role == Role.SERVER else Direction.EGRESS
+        self.streams = (_Stream(), _Stream())
+        self.sent: deque[Sent] = deque(maxlen=SENT_LIMIT)
+        self.next_index = 0
+        self.answered = -1  # index of the last request whose response head was seen
+        self.switch_pending = False  # an Upgrade/CONNECT request awaits its answer
+        self.tunnel = False  # the connection no longer speaks HTTP/1
+        self.closed = False
+        self.orphan_responses = 0  # responses dropped for want of their request
+
+
+# --- heads -------------------------------------------------------------------------------
+
+
+class _Head:
+    """Collects one head from llhttp's callbacks; secrets are dropped on arrival."""
+
+    __slots__ = ("complete", "fields", "reason", "url")
+
+    def __init__(self) -> None:
+        self.url = b""
+        self.reason = b""
+        self.fields: list[tuple[str, str]] = []
+        self.complete = False
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_status(self, reason: bytes) -> None:
+        self.reason += reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = name.decode("latin-1").lower()
+        if not is_secret(key):
+            self.fields.append((key, value.strip().decode("latin-1")))
+
+    def on_headers_complete(self) -> None:
+        self.complete = True
+
+    def values(self, name: str) -> list[str]:
+        return [v for k, v in self.fields if k == name]
+
+    def first(self, name: str) -> str:
+        return next((v for k, v in self.fields if k == name), "")
+
+
+def _read_head(parser_type, head) -> tuple[_Head, object] | None:
+    """Feed exactly one head to a fresh llhttp parser; None when llhttp rejects it."""
+    collected = _Head()
+    parser = parser_type(collected)
+    # an observer, not a gatekeeper: both peers accepted Content-Length beside chunked
+    parser.set_dangerous_leniencies(lenient_chunked_length=True)
+    try:
+        parser.feed_data(head)
+    except (httptools.HttpParserUpgrade, httptools.HttpParserError):
+        # Past a whole head llhttp only stops for an upgrade (even a 101 without
+        # "Connection: upgrade") or objects to body framing, which we judge ourselves.
+        pass
+    version = parser.get_http_version()
+    if not collected.complete or version not in ("1.0", "1.1"):
+        return None
+    return collected, parser
+
+
+def _head_span(buf, whole: re.Pattern, cut: re.Pattern) -> tuple[int, int] | ParseResult:
+    """(start, end) of the head at the front of buf, or NEED_MORE / INVALID."""
+    lead = _LEADING_CRLF.match(buf, 0, MAX_HEAD).end()
+    end = _HEAD_END.search(buf, lead, lead + MAX_HEAD)
+    if end is not None:
+        return lead, end.end()
+    if lead == len(buf):
+        return NEED  # nothing but empty lines yet
+    if len(buf) - lead >= MAX_HEAD or not _line_at(buf, lead, whole, cut):
+        return INVALID
+    return NEED
+
+
+def _message_fields(head: _Head, version: str, capture_headers: bool) -> dict:
+    headers: dict[str, list[str]] = {}
+    if capture_headers:
+        for k, v in head.fields:
+            headers.setdefault(k, []).append(v)
+    return {
+        "version": version,
+        "headers": headers,
+        "host": head.first("host"),
+        "user_agent": head.first("user-agent"),
+        "upgrade": head.first("upgrade"),
+    }
+
+
+def _transfer(head: _Head) -> tuple[Body | None, int]:
+    """Body framing the headers declare: CHUNKED, UNTIL_CLOSE (other codings), LENGTH, or None."""
+    codings = ",".join(head.values("transfer-encoding"))
+    if codings:
+        last = codings.rsplit(",", 1)[-1].strip().lower()
+        return (Body.CHUNKED if last == "chunked" else Body.UNTIL_CLOSE), 0
+    length = head.first("content-length")
+    return (Body.LENGTH, int(length)) if _DIGITS.fullmatch(length) else (None, 0)
+
+
+def _request_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) -> Step:
+    span = _head_span(buf, _ANY_REQUEST_LINE, _ANY_REQUEST_CUT)
+    if span is INVALID and state.switch_pending:
+        # the new protocol, seen before the answer that allowed it
+        s.size += len(buf)
+        return NEED, None, len(buf)
+    if not isinstance(span, tuple):
+        return span, None, 0
+    start, end = span
+    read = _read_head(httptools.HttpRequestParser, buf[start:end])
+    if read is None:
+        return INVALID, None, 0
+    head, parser = read
+    body, length = _transfer(head)
+    if body is Body.UNTIL_CLOSE:
+        return INVALID, None, 0  # a request body is never delimited by the close (RFC 9112 §6.3)
+    method = parser.get_method().decode("ascii", "replace")
+    request = HTTPRequest(
+        direction=state.requests,
+        method=method,
+        target=head.url.decode("latin-1"),
+        index=state.next_index,
+        **_message_fields(head, parser.get_http_version(), capture_headers),
+    )
+    state.next_index += 1
+    switch = parser.should_upgrade()  # Upgrade + Connection: upgrade, or CONNECT
+    state.sent.append(Sent(request.index, method, switch))
+    state.switch_pending |= switch
+    return _start_body(s, request, end, body or Body.NONE, length)
+
+
+def _response_body(status: int, method: str, declared: Body | None) -> Body:
+    """RFC 9112 §6.3, in its order."""
+    if method == "HEAD" or status in (204, 304):
+        return Body.NONE
+    if status == 101 or (method == "CONNECT" and 200 <= status < 300):
+        return Body.TUNNEL
+    return declared or Body.UNTIL_CLOSE
+
+
+def _response_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) -> Step:
+    span = _head_span(buf, _ANY_STATUS_LINE, _ANY_STATUS_CUT)
+    if not isinstance(span, tuple):
+        return span, None, 0
+    start, end = span
+    read = _read_head(httptools.HttpResponseParser, buf[start:end])
+    if read is None:
+        return INVALID, None, 0
+    head, parser = read
+    status = parser.get_status_code()
+    if 100 <= status < 200 and status != 101:
+        # interim (100 Continue, 103 Early Hints): part of the exchange, the answer follows
+        s.interim.append(status)
+        s.size += end
+        return NEED, None, end
+    sent = state.sent.popleft() if state.sent else _UNKNOWN_REQUEST
+    state.answered = max(state.answered, sent.index)
+    state.switch_pending = any(r.switch for r in state.sent)
+    declared, length = _transfer(head)
+    body = _response_body(status, sent.method, declared)
+    response = HTTPResponse(
+        direction=state.requests.opposite,
+        status=status,
+        reason=head.reason.decode("latin-1"),
+        index=sent.index,
+        interim=tuple(s.interim),
+        upgraded=body is Body.TUNNEL,
+        **_message_fields(head, parser.get_http_version(), capture_headers),
+    )
+    state.tunnel = body is Body.TUNNEL
+    return _start_body(s, response, end, body, length)
+
+
+# --- bodies ------------------------------------------------------------------------------
+
+
+def _complete(s: _Stream, frame: HTTPMessage, consumed: int) -> Step:
+    frame.size = s.size + consumed
+    s.reset()
+    return FRAME, frame, consumed
+
+
+def _start_body(s: _Stream, frame: HTTPMessage, head_len: int, body: Body, length: int) -> Step:
+    if body is Body.LENGTH:
+        # skipped by length: the body need not have been captured
+        frame.body_size = length
+        return _complete(s, frame, head_len + length)
+    if body in (Body.NONE, Body.TUNNEL):
+        return _complete(s, frame, head_len)
+    frame.body_size = 0
+    s.frame, s.body, s.size = frame, body, s.size + head_len
+    return NEED, None, head_len
+
+
+def _chunk(buf, s: _Stream) -> Step:
+    line = _LF.search(buf, 0, MAX_CHUNK_LINE)
+    if line is None:
+        return (INVALID if len(buf) >= MAX_CHUNK_LINE else NEED), None, 0
+    m = _CHUNK_LINE.fullmatch(buf, 0, line.end())
+    if m is None:
+        return INVALID, None, 0
+    size, consumed = int(m[1], 16), line.end()
+    if size == 0:
+        s.body = Body.TRAILERS
+    else:
+        s.frame.chunks += 1
+        s.frame.body_size += size
+        consumed += size + 2  # data and its CRLF, skipped by length like any body
+    s.size += consumed
+    return NEED, None, consumed
+
+
+def _trailers(buf, s: _Stream) -> Step:
+    if len(buf) < 2:
+        return NEED, None, 0
+    if buf[:2] == b"\r\n":
+        return _complete(s, s.frame, 2)
+    end = _HEAD_END.search(buf, 0, MAX_HEAD)  # trailer fields are skipped, never kept
+    if end is None:
+        return (INVALID if len(buf) >= MAX_HEAD else NEED), None, 0
+    return _complete(s, s.frame, end.end())
+
+
+def _until_close(buf, s: _Stream) -> Step:
+    # The close ends it: let the tracker skip every byte to there, lost ones included.
+    # Its length is known only then, to the tracker (frame.size): see body_bytes.
+    s.frame.body_size = None
+    s.frame.close_head = s.size
+    return NEED, None, UNTIL_CLOSE
+
+
+_BODY_STEPS = {Body.CHUNKED: _chunk, Body.TRAILERS: _trailers, Body.UNTIL_CLOSE: _until_close}
+
+
+# --- the parser's verbs ------------------------------------------------------------------
+
+_REQUEST_ROLE = {Direction.EGRESS: Role.CLIENT, Direction.INGRESS: Role.SERVER}
+_RESPONSE_ROLE = {Direction.EGRESS: Role.SERVER, Direction.INGRESS: Role.CLIENT}
+
+
+def infer(direction: Direction, head: bytes) -> Role | None:
+    if _line_at(head, 0, _REQUEST_LINE, _REQUEST_CUT):
+        return _REQUEST_ROLE[direction]
+    if _STATUS_CANDIDATE.match(head) and _line_at(head, 0, _STATUS_LINE, _STATUS_CUT):
+        return _RESPONSE_ROLE[direction]
+    return None
+
+
+def parse(direction: Direction, buf, state: HTTP1State, capture_headers: bool) -> Step:
+    if state.tunnel:
+        return NEED, None, UNTIL_CLOSE  # no longer HTTP/1: let every byte go by
+    s = state.streams[direction]
+    if s.body is not None:
+        return _BODY_STEPS[s.body](buf, s)
+    if not buf:
+        return NEED, None, 0
+    head = _request_head if direction == state.requests else _response_head
+    return head(buf, state, s, capture_headers)
+
+
+def resync(direction: Direction, buf, state: HTTP1State) -> int | None:
+    s = state.streams[direction]
+    if state.tunnel or s.body is Body.UNTIL_CLOSE:
+        return 0  # lost bytes are just more of what only the close can end
+    # Sent entries stay: a request whose body was lost still gets an answer, which
+    # must take its index (stitch then drops it) rather than the next request's.
+    s.reset()
+    if direction == state.requests:
+        candidates, whole, cut = _REQUEST_CANDIDATE, _REQUEST_LINE, _REQUEST_CUT
+    else:
+        candidates, whole, cut = _STATUS_CANDIDATE, _STATUS_LINE, _STATUS_CUT
+    for m in candidates.finditer(buf):
+        if _line_at(buf, m.start(), whole, cut):
+            return m.start()
+    return None
+
+
+def finish(direction: Direction, state: HTTP1State) -> HTTPMessage | None:
+    state.closed = True  # finish is called at close, before the last stitch
+    s = state.streams[direction]
+    if s.body is not Body.UNTIL_CLOSE or state.tunnel:
+        return None
+    return _complete(s, s.frame, 0)[1]

@@ -1,0 +1,186 @@
+"""HTTP/1.x record -> neutral span, after the stable HTTP semantic conventions."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from ..base import AttributeValue, ConnInfo, NeutralSpan, Role, SpanKind, StatusCode
+from .parse import HTTPRequest, HTTPResponse, is_secret
+from .stitch import HTTPRecord
+
+PROTOCOL = "http1"
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
+# semconv: values of these query keys are replaced by REDACTED by default
+_REDACTED_QUERY_KEYS = frozenset({"awsaccesskeyid", "signature", "sig", "x-goog-signature"})
+_DEFAULT_PORT = 80
+
+Attributes = dict[str, AttributeValue]
+
+
+def to_spans(record: HTTPRecord, conn: ConnInfo, capture_headers: bool = False) -> list[NeutralSpan]:
+    request, response = record.request, record.response
+    kind = SpanKind.SERVER if conn.role == Role.SERVER else SpanKind.CLIENT
+    attrs: Attributes = {}
+    name = _method(request.method, attrs)
+    _connection(conn, attrs)
+    _url(request.target, attrs)
+    _SIDES[kind](request, conn, attrs)
+    _message(request, response, attrs)
+    if capture_headers:
+        _headers("http.request.header.", request, attrs)
+        if response is not None:
+            _headers("http.response.header.", response, attrs)
+    status, error = _status(record, kind)
+    if error:
+        attrs["error.type"] = error
+    return [
+        NeutralSpan(
+            name=name,
+            kind=kind,
+            start_ns=request.start_ns,
+            end_ns=(response or request).end_ns,
+            conn=conn,
+            attributes=attrs,
+            status=status,
+            protocol=PROTOCOL,
+            request_seq=request.tcp_seq,
+            response_seq=response.tcp_seq if response is not None else None,
+        )
+    ]
+
+
+def _method(method: str, attrs: Attributes) -> str:
+    """Sets the method attributes; returns the span name (no route is known: never a path)."""
+    if method in KNOWN_METHODS:
+        attrs["http.request.method"] = method
+        return method
+    attrs["http.request.method"] = "_OTHER"
+    attrs["http.request.method_original"] = method
+    return "HTTP"
+
+
+def _connection(conn: ConnInfo, attrs: Attributes) -> None:
+    attrs["network.protocol.name"] = "http"
+    attrs["network.transport"] = "unix" if conn.family == "unix" else "tcp"
+    if conn.family in ("ipv4", "ipv6"):
+        attrs["network.type"] = conn.family
+    if conn.remote_addr:
+        attrs["network.peer.address"] = conn.remote_addr
+    if conn.remote_port:
+        attrs["network.peer.port"] = conn.remote_port
+
+
+def _url(target: str, attrs: Attributes) -> None:
+    """url.path, url.query and url.scheme from the request target (origin or absolute form)."""
+    if target.startswith("/"):
+        path, mark, query = target.partition("?")
+        scheme = "http"
+    elif "://" in target:  # absolute form, sent to proxies
+        parts = urlsplit(target)
+        path, mark, query, scheme = parts.path, "?" if parts.query else "", parts.query, parts.scheme
+    else:  # "*" (OPTIONS) or an authority (CONNECT): no path
+        path, mark, query, scheme = "", "", "", "http"
+    attrs["url.scheme"] = scheme or "http"
+    if path:
+        attrs["url.path"] = path
+    if mark:
+        attrs["url.query"] = redact_query(query)
+
+
+def redact_query(query: str) -> str:
+    """Replace the values of sensitive query parameters by REDACTED (semconv url.query)."""
+    params = query.split("&")
+    for i, param in enumerate(params):
+        key, eq, _ = param.partition("=")
+        low = key.lower()
+        if eq and (low in _REDACTED_QUERY_KEYS or is_secret(low)):
+            params[i] = f"{key}=REDACTED"
+    return "&".join(params)
+
+
+def _host_port(authority: str) -> tuple[str, int | None]:
+    """Split a Host header ("h", "h:8080", "[::1]:80") into host and port."""
+    if authority.startswith("["):
+        host, _, rest = authority[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, _, port = authority.partition(":")
+    return host, int(port) if port.isascii() and port.isdigit() else None
+
+
+def _server_side(request: HTTPRequest, conn: ConnInfo, attrs: Attributes) -> None:
+    host, _ = _host_port(request.host)
+    if host:
+        attrs["server.address"] = host
+    if conn.local_port:
+        attrs["server.port"] = conn.local_port
+    if conn.remote_addr:
+        attrs["client.address"] = conn.remote_addr
+    if conn.remote_port:
+        attrs["client.port"] = conn.remote_port
+
+
+def _client_side(request: HTTPRequest, conn: ConnInfo, attrs: Attributes) -> None:
+    host, _ = _host_port(request.host)
+    attrs["server.address"] = host or conn.remote_addr
+    if conn.remote_port:
+        attrs["server.port"] = conn.remote_port
+    full = _full_url(request, conn)
+    if full:
+        attrs["url.full"] = full
+
+
+def _full_url(request: HTTPRequest, conn: ConnInfo) -> str:
+    target = request.target
+    if "://" in target and not target.startswith("/"):
+        parts = urlsplit(target)
+        netloc = parts.netloc
+        if "@" in netloc:  # semconv: credentials in the URL are redacted
+            netloc = "REDACTED:REDACTED@" + netloc.rpartition("@")[2]
+        return parts._replace(netloc=netloc, query=redact_query(parts.query)).geturl()
+    if not target.startswith("/"):
+        return ""
+    authority = request.host or _authority(conn)
+    path, mark, query = target.partition("?")
+    return f"http://{authority}{path}{mark}{redact_query(query) if mark else ''}"
+
+
+def _authority(conn: ConnInfo) -> str:
+    """host[:port] of the peer, for a request that carried no Host header (HTTP/1.0)."""
+    host = f"[{conn.remote_addr}]" if ":" in conn.remote_addr else conn.remote_addr
+    return host if conn.remote_port in (0, _DEFAULT_PORT) else f"{host}:{conn.remote_port}"
+
+
+_SIDES = {SpanKind.SERVER: _server_side, SpanKind.CLIENT: _client_side}
+
+
+def _message(request: HTTPRequest, response: HTTPResponse | None, attrs: Attributes) -> None:
+    attrs["network.protocol.version"] = request.version
+    if request.user_agent:
+        attrs["user_agent.original"] = request.user_agent
+    if request.body_size is not None:
+        attrs["http.request.body.size"] = request.body_size
+    if response is None:
+        return
+    attrs["http.response.status_code"] = response.status
+    if response.body_bytes is not None:
+        attrs["http.response.body.size"] = response.body_bytes
+    protocol = response.upgrade or request.upgrade
+    if response.upgraded and protocol:
+        # ours, not semconv: what the connection speaks after this exchange
+        attrs["http.connection.upgrade"] = protocol
+
+
+def _headers(prefix: str, message: HTTPRequest | HTTPResponse, attrs: Attributes) -> None:
+    for name, values in message.headers.items():
+        attrs[prefix + name] = list(values)
+
+
+def _status(record: HTTPRecord, kind: SpanKind) -> tuple[StatusCode, str | None]:
+    """5xx fails both sides; 4xx fails only the client (semconv span status)."""
+    if record.response is None:
+        return (StatusCode.ERROR, record.error) if record.error else (StatusCode.UNSET, None)
+    code = record.response.status
+    if code >= 500 or (code >= 400 and kind == SpanKind.CLIENT):
+        return StatusCode.ERROR, str(code)
+    return StatusCode.UNSET, None

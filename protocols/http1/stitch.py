@@ -1,0 +1,47 @@
+"""HTTP/1.x pairing: each response answers the request whose index its head took, in order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..base import Record
+from .parse import HTTP1State, HTTPRequest, HTTPResponse
+
+
+@dataclass(slots=True, kw_only=True)
+class HTTPRecord(Record):
+    """A request and its response; response None when none came (see `error`)."""
+
+    request: HTTPRequest
+    response: HTTPResponse | None = None
+    # "timeout": no answer within response_timeout; "connection_closed": closed before one.
+    # None with no response: the answer was lost from the capture (a later one was seen).
+    error: str | None = None
+
+
+def stitch(state: HTTP1State, now_ns: int, timeout_ns: int) -> list[HTTPRecord]:
+    requests = state.frames[state.requests]
+    responses = state.frames[state.requests.opposite]
+    records: list[HTTPRecord] = []
+    while responses:
+        response = responses[0]
+        if requests and requests[0].index == response.index:
+            records.append(HTTPRecord(request=requests.popleft(), response=responses.popleft()))
+        elif requests and requests[0].index < response.index:
+            # HTTP/1 answers in order: a later answer means this one was lost
+            records.append(HTTPRecord(request=requests.popleft()))
+        elif requests or response.index < 0 or state.closed or now_ns - response.end_ns > timeout_ns:
+            # it answers a request never seen: capture began after it, or its bytes were lost
+            responses.popleft()
+            state.orphan_responses += 1
+        else:
+            break  # its request's frame is still being received (a long upload)
+    while requests and (state.closed or _unanswered(requests[0], state, now_ns, timeout_ns)):
+        error = "connection_closed" if state.closed else "timeout"
+        records.append(HTTPRecord(request=requests.popleft(), error=error))
+    return records
+
+
+def _unanswered(request: HTTPRequest, state: HTTP1State, now_ns: int, timeout_ns: int) -> bool:
+    # an answer whose head was seen is still arriving (a long stream): that is no timeout
+    return request.index > state.answered and now_ns - request.end_ns > timeout_ns

@@ -1,0 +1,99 @@
+"""Drives a protocol parser through the real connection tracker (otel_ebpf.conntrack), the
+way the agent does: positioned bytes, truncated captures, lost bytes, timing, close.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pytest
+from otel_ebpf.protocols.base import ConnInfo, Direction, NeutralSpan, ProtocolParser, Record, Role
+from otel_ebpf.protocols.registry import Registry
+
+from otel_ebpf.conntrack.connection import FOREVER_NS, Connection
+from otel_ebpf.telemetry import Stats
+
+CLOSE_NS = FOREVER_NS  # what the tracker passes to stitch when the connection closes
+ISN = {Direction.EGRESS: 1_000_000, Direction.INGRESS: 2_000_000}  # TCP sequence bases
+
+
+class ConnectionDriver:
+    """One connection: feed(direction, captured, gap=...) then close(). Records are kept
+    as the parser's stitch returns them."""
+
+    def __init__(
+        self, parser: ProtocolParser, conn: ConnInfo, *, midstream: bool = False, step_ns: int = 1000
+    ) -> None:
+        self.parser, self.conn = parser, conn
+        self.connection = Connection(conn, tcp=True)
+        self.connection.adopt(parser, conn.role)
+        if midstream:  # capture began inside the stream: both directions start by resyncing
+            self.connection.resync = [True, True]
+        self.registry = Registry([parser])
+        self.stats = Stats()
+        self.pos = {d: 0 for d in Direction}
+        self.records: list[Record] = []
+        self.now = 0
+        self.step_ns = step_ns
+
+    @property
+    def state(self):
+        return self.connection.state
+
+    @property
+    def invalid(self) -> int:
+        return self.stats.total("parse.errors")
+
+    @property
+    def resyncs(self) -> int:
+        return self.stats.total("parse.errors") + self.stats.total("gaps")
+
+    def feed(self, direction: Direction, captured: bytes, gap: int = 0, at: int | None = None) -> None:
+        """One syscall's worth: `captured` bytes, then `gap` more the kernel did not capture."""
+        self.now = self.now + self.step_ns if at is None else at
+        if captured or gap:
+            pos = self.pos[direction]
+            self.connection.on_data(direction, pos, len(captured) + gap, captured, self.now,
+                                    self.now, (ISN[direction] + pos) % 2**32, self.registry,
+                                    self.stats)
+            self.pos[direction] += len(captured) + gap
+        self.stitch(self.now)
+
+    def tick(self, at: int) -> None:
+        """Time passes with no bytes: only stitch runs (timeouts)."""
+        self.now = at
+        self.stitch(at)
+
+    def close(self) -> None:
+        self.connection.finish()
+        self.stitch(CLOSE_NS)
+
+    def stitch(self, now_ns: int) -> None:
+        self.records += self.connection.stitch(now_ns)
+
+    def spans(self) -> list[NeutralSpan]:
+        return [span for r in self.records for span in self.parser.to_spans(r, self.conn)]
+
+
+def conn_info(role: Role = Role.CLIENT, family: str = "ipv4", **kw) -> ConnInfo:
+    defaults = {
+        "pid": 42, "fd": 7, "generation": 1, "role": role, "transport": "stream", "family": family,
+        "local_addr": "10.0.0.1", "local_port": 8080 if role == Role.SERVER else 40000,
+        "remote_addr": "10.0.0.2", "remote_port": 40000 if role == Role.SERVER else 8080, "comm": "test",
+    }
+    return ConnInfo(**{**defaults, **kw})
+
+
+@pytest.fixture(scope="session")
+def tracker_cls() -> type[ConnectionDriver]:
+    return ConnectionDriver
+
+
+@pytest.fixture(scope="session")
+def make_conn():
+    return conn_info
+
+
+def feed_all(tracker: ConnectionDriver, events: Iterable[tuple[Direction, bytes, int]]) -> None:
+    for direction, captured, gap in events:
+        tracker.feed(direction, captured, gap)
