@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := clang llvm libbpf-dev libbpf1 bpftool libelf-dev libelf1 make curl libcap2-bin util-linux
+APT_PACKAGES := clang llvm libbpf-dev libbpf1 bpftool libelf-dev libelf1 make curl libcap2-bin util-linux python3-venv
 CONFIG ?= config/default.yaml
 PYTEST_ARGS ?=
 

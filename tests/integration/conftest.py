@@ -38,9 +38,12 @@ def require_kernel() -> None:
         pytest.skip(msg)
 
 
-def wait_port(port: int, timeout_s: float = 20.0) -> None:
+def wait_port(port: int, proc: subprocess.Popen, log: Path, timeout_s: float = 20.0) -> None:
+    """Wait until `proc` listens on `port`; fail with its output when it dies first."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
             return
@@ -198,7 +201,8 @@ def start_agent(tmp_path: Path) -> Iterator[Callable[..., AgentRun]]:
 def uvicorn_server(tmp_path: Path) -> Iterator[int]:
     """The test ASGI app under uvicorn on a free 127.0.0.1 port."""
     port = free_port()
-    log = (tmp_path / "uvicorn.log").open("w")
+    log_path = tmp_path / "uvicorn.log"
+    log = log_path.open("w")
     proc = subprocess.Popen(
         [str(VENV_BIN / "uvicorn"), "tests.integration.peers.http_app:app",
          "--host", "127.0.0.1", "--port", str(port), "--no-access-log"],
@@ -206,7 +210,7 @@ def uvicorn_server(tmp_path: Path) -> Iterator[int]:
         env={**os.environ, "OTEL_SERVICE_NAME": "test-http-app"},
     )
     try:
-        wait_port(port)
+        wait_port(port, proc, log_path)
         yield port
     finally:
         proc.terminate()
