@@ -144,7 +144,8 @@ class AgentRun:
         return self.stderr_path.read_text(errors="replace")
 
 
-def agent_config(traces: Path, ports: list[int], exporters: dict | None = None) -> str:
+def agent_config(traces: Path, ports: list[int], exporters: dict | None = None,
+                 response_timeout: str = "5s") -> str:
     """A config that selects `ports`, writes spans and metrics to `traces`, and also
     exports spans to `exporters` ({instance: settings})."""
     exporters = exporters or {}
@@ -152,7 +153,7 @@ def agent_config(traces: Path, ports: list[int], exporters: dict | None = None) 
         "receivers": {"ebpf": {
             "targets": {"ports": ports},
             "ring_buffer": {"poll_interval": "50ms"},
-            "protocols": {"http1": {"response_timeout": "5s"}},
+            "protocols": {"http1": {"response_timeout": response_timeout}},
         }},
         "processors": {"batch": {"timeout": "200ms"}},
         "exporters": {"file": {"path": str(traces)}, **exporters},
@@ -171,12 +172,12 @@ def agent_config(traces: Path, ports: list[int], exporters: dict | None = None) 
 def start_agent(tmp_path: Path) -> Iterator[Callable[..., AgentRun]]:
     runs: list[AgentRun] = []
 
-    def start(ports: list[int], exporters: dict | None = None, timeout_s: float = 60.0
-              ) -> AgentRun:
+    def start(ports: list[int], exporters: dict | None = None, timeout_s: float = 60.0,
+              response_timeout: str = "5s") -> AgentRun:
         require_kernel()
         traces = tmp_path / f"traces-{len(runs)}.jsonl"
         cfg = tmp_path / f"agent-{len(runs)}.yaml"
-        cfg.write_text(agent_config(traces, ports, exporters))
+        cfg.write_text(agent_config(traces, ports, exporters, response_timeout))
         err = tmp_path / f"agent-{len(runs)}.err"
         proc = subprocess.Popen(
             [str(VENV_BIN / "otel-ebpf"), "run", "-c", str(cfg)],

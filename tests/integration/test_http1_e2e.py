@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from .conftest import Span, run_client
+from .conftest import Span, read_metrics, run_client
 
 pytestmark = pytest.mark.kernel
 
@@ -71,6 +71,11 @@ def test_requests_keepalive_session(start_agent, uvicorn_server):
     # one keep-alive connection: every client span came from the same local port
     assert len({s.attrs["client.port"] for p in paths for s in spans_for(spans, p, SERVER)}) == 1
     assert agent.stop() == 0
+    # the agent's own counters went out through the metrics pipeline, and at exit
+    metrics = read_metrics(agent.traces)
+    assert metrics["otel_ebpf.spans.produced"] >= 2 * len(paths)
+    assert metrics["otel_ebpf.events"] > 0 and metrics["otel_ebpf.kernel.drops"] == 0
+    assert "otel_ebpf.spans.exported" in agent.stderr
 
 
 def test_httpx_client(start_agent, uvicorn_server):
@@ -144,3 +149,30 @@ def test_large_body_beyond_capture(start_agent, uvicorn_server):
     client, _ = check_request(spans, timings[0], port)
     assert client.attrs["http.response.body.size"] == 200_000
     check_request(spans, timings[1], port)
+
+
+def test_unanswered_request_times_out(start_agent):
+    """A server that never answers: after response_timeout (2 s here) both sides get a
+    span with error.type=timeout, while the connection is still open."""
+    import sys
+
+    from .conftest import REPO, free_port
+
+    port = free_port()
+    agent = start_agent([port], response_timeout="2s")
+    peer = [sys.executable, "-m", "tests.integration.peers.sockets"]
+    server = subprocess.Popen([*peer, "silent_server", str(port)], cwd=REPO,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().strip() == "listening"
+        subprocess.run([*peer, "patient_client", str(port)], cwd=REPO, check=True, timeout=30)
+        spans = agent.wait_for(lambda s: len([x for x in s if x.attrs.get("url.path") == "/never"]) >= 2)
+    finally:
+        server.kill()
+        server.wait(5)
+    never = [s for s in spans if s.attrs.get("url.path") == "/never"]
+    assert sorted(s.kind for s in never) == [SERVER, CLIENT]
+    for span in never:
+        assert span.attrs["error.type"] == "timeout"
+        assert span.status.get("code") == 2
+        assert "http.response.status_code" not in span.attrs

@@ -106,7 +106,29 @@ def unix(path: str) -> None:
     conn.recv(100)
 
 
+def silent_server(port: int) -> None:
+    """Accepts, reads a request, never answers (until killed)."""
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", port))
+    srv.listen()
+    print("listening", flush=True)
+    conn, _ = srv.accept()
+    conn.recv(65536)
+    time.sleep(60)
+
+
+def patient_client(port: int) -> None:
+    """Sends one request and waits 4 s for an answer that never comes, then hangs up."""
+    cli = socket.create_connection(("127.0.0.1", port))
+    cli.sendall(b"GET /never HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    time.sleep(4)
+    cli.close()
+
+
 if __name__ == "__main__":
     kind, arg = sys.argv[1], sys.argv[2]
-    fn = {"udp": udp, "mmsg": mmsg, "tcp": tcp_kinds, "fd_reuse": fd_reuse, "unix": unix}[kind]
+    fn = {"udp": udp, "mmsg": mmsg, "tcp": tcp_kinds, "fd_reuse": fd_reuse, "unix": unix,
+          "silent_server": silent_server, "patient_client": patient_client}[kind]
     fn(arg if kind == "unix" else int(arg))
+
