@@ -102,6 +102,13 @@ struct {
 	__type(value, __u8);
 } target_ports SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_TARGETS);
+	__type(key, __u16);
+	__type(value, __u8);
+} ignored_ports SEC(".maps");
+
 static __always_inline void count(__u32 idx, __u64 n)
 {
 	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
@@ -208,6 +215,10 @@ static __always_inline bool pid_selected(void)
 
 static __always_inline bool is_target(struct addr *local, struct addr *remote)
 {
+	/* the receiving end of the agent's own exports: tracing it would feed back */
+	if (cfg.ignore_ports && (bpf_map_lookup_elem(&ignored_ports, &local->port) ||
+				 bpf_map_lookup_elem(&ignored_ports, &remote->port)))
+		return false;
 	if (!cfg.filter_pids && !cfg.filter_comms && !cfg.filter_ports)
 		return true;
 	if (cfg.filter_pids && pid_selected())

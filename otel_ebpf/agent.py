@@ -11,7 +11,12 @@ from types import FrameType
 
 from otel_ebpf.config import Config
 from otel_ebpf.conntrack.table import ConnTable
-from otel_ebpf.export.factory import DisabledExporter, build_metric_exporters, build_span_exporters
+from otel_ebpf.export.factory import (
+    DisabledExporter,
+    build_metric_exporters,
+    build_span_exporters,
+    export_ports,
+)
 from otel_ebpf.export.pipeline import MetricsPipeline, TracePipeline
 from otel_ebpf.kernel.abi import ConnOpen, ProcessExit
 from otel_ebpf.kernel.libbpf import LibbpfLog
@@ -29,6 +34,7 @@ SWEEP_INTERVAL_S = 1.0
 
 def capture_settings(cfg: Config) -> CaptureSettings:
     r = cfg.receiver
+    exporters = {**cfg.exporters_for("traces"), **cfg.exporters_for("metrics")}
     return CaptureSettings(
         capture_max=r.capture_max_bytes,
         ring_buffer_bytes=r.ring_buffer_size_mib << 20,
@@ -37,6 +43,7 @@ def capture_settings(cfg: Config) -> CaptureSettings:
         pids=r.targets.pids,
         process_names=r.targets.process_names,
         ports=r.targets.ports,
+        ignored_ports=tuple(sorted(export_ports(exporters))),
     )
 
 

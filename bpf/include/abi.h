@@ -120,7 +120,7 @@ struct agent_config {
 	__u32 filter_comms;     /* nonzero: target_comms map is a filter */
 	__u32 filter_ports;     /* nonzero: target_ports map is a filter */
 	__u32 wakeup_bytes;     /* force a wake-up when the ring holds more than this */
-	__u32 _pad;
+	__u32 ignore_ports;     /* nonzero: never select connections on ignored_ports */
 };
 
 #endif

@@ -9,8 +9,10 @@ present but empty disables the exporter (the default config writes
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import grpc
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
@@ -206,3 +208,37 @@ __all__ = [
     "build_span_exporters",
     "exporter_type",
 ]
+
+
+# Where the SDK exporters send when nothing names an endpoint (OTLP specification defaults).
+_DEFAULT_PORTS = {"otlp": 4317, "otlphttp": 4318}
+_ENV_ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                  "OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
+def _port_of(endpoint: str, default: int) -> int | None:
+    try:
+        url = urlsplit(endpoint if "//" in endpoint else f"//{endpoint}")
+        return url.port or default
+    except ValueError:
+        return None
+
+
+def export_ports(
+    exporters_config: Mapping[str, Config | None], environ: Mapping[str, str] = os.environ
+) -> set[int]:
+    """Ports of the OTLP endpoints the agent sends to. The receiving side of its own
+    exports must not be traced: each exported batch would make spans of its own."""
+    ports: set[int] = set()
+    for name, cfg in exporters_config.items():
+        kind = exporter_type(name)
+        if kind not in _DEFAULT_PORTS:
+            continue
+        cfg = cfg or {}
+        endpoint = cfg.get("endpoint")
+        if _is_empty(endpoint):
+            continue  # disabled
+        candidates = [endpoint] if endpoint else [environ.get(v, "") for v in _ENV_ENDPOINTS]
+        found = {_port_of(e, _DEFAULT_PORTS[kind]) for e in candidates if e}
+        ports |= {p for p in found if p} or {_DEFAULT_PORTS[kind]}
+    return ports

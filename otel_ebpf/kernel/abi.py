@@ -186,6 +186,7 @@ def pack_agent_config(
     filter_comms: bool,
     filter_ports: bool,
     wakeup_bytes: int,
+    ignore_ports: bool = False,
 ) -> bytes:
     return AGENT_CONFIG.pack(
         ABI_VERSION,
@@ -195,5 +196,5 @@ def pack_agent_config(
         int(filter_comms),
         int(filter_ports),
         wakeup_bytes,
-        0,
+        int(ignore_ports),
     )

@@ -186,32 +186,33 @@ class BPFObject:
             self.links.append(link)
         return len(self.links)
 
+    def _program(self, name: str) -> int:
+        prog = lib.bpf_object__find_program_by_name(self.ptr, name.encode())
+        if not prog:
+            raise BPFError(f"{self.path} has no program {name!r} (stale build? `make -C bpf`)")
+        return prog
+
+    def _keep(self, link: int | None, what: str) -> int:
+        if not link:
+            raise BPFError(f"{what} failed: {errno_text()}")
+        self.links.append(link)
+        return link
+
     def attach_uprobe(
         self, program: str, binary: str, offset: int, retprobe: bool = False, pid: int = -1
     ) -> int:
-        prog = lib.bpf_object__find_program_by_name(self.ptr, program.encode())
-        if not prog:
-            raise BPFError(f"{self.path} has no program {program!r}")
-        link = lib.bpf_program__attach_uprobe(prog, retprobe, pid, binary.encode(), offset)
-        if not link:
-            raise BPFError(f"uprobe {program} on {binary}+{offset:#x} failed: {errno_text()}")
-        self.links.append(link)
-        return link
+        """uprobe (or uretprobe) on binary+offset, for every process (pid -1) or one."""
+        link = lib.bpf_program__attach_uprobe(self._program(program), retprobe, pid,
+                                              binary.encode(), offset)
+        return self._keep(link, f"uprobe {program} on {binary}+{offset:#x}")
 
     def attach_perf_event(self, program: str, perf_fd: int) -> int:
-        prog = lib.bpf_object__find_program_by_name(self.ptr, program.encode())
-        if not prog:
-            raise BPFError(f"{self.path} has no program {program!r}")
-        link = lib.bpf_program__attach_perf_event(prog, perf_fd)
-        if not link:
-            raise BPFError(f"attaching {program} to perf event failed: {errno_text()}")
-        self.links.append(link)
-        return link
+        link = lib.bpf_program__attach_perf_event(self._program(program), perf_fd)
+        return self._keep(link, f"attaching {program} to perf event {perf_fd}")
 
     def set_autoload(self, program: str, enabled: bool) -> None:
-        prog = lib.bpf_object__find_program_by_name(self.ptr, program.encode())
-        if prog:
-            lib.bpf_program__set_autoload(prog, enabled)
+        """Before load: leave a program out (a probe whose target is absent, say)."""
+        lib.bpf_program__set_autoload(self._program(program), enabled)
 
     def close(self) -> None:
         for link in self.links:

@@ -24,6 +24,7 @@ class CaptureSettings:
     pids: tuple[int, ...] = ()
     process_names: tuple[str, ...] = ()
     ports: tuple[int, ...] = ()
+    ignored_ports: tuple[int, ...] = ()  # never selected (the agent's own export endpoints)
 
 
 def matching_pids(names: Iterable[str], proc_root: str = "/proc") -> set[int]:
@@ -78,6 +79,7 @@ class SocketTracer:
                 filter_comms=bool(s.process_names),
                 filter_ports=bool(s.ports),
                 wakeup_bytes=s.ring_buffer_bytes * s.wakeup_fill_percent // 100,
+                ignore_ports=bool(s.ignored_ports),
             )
         )
 
@@ -90,6 +92,8 @@ class SocketTracer:
             self.obj.map("target_comms").update(key, one)
         for port in s.ports[: abi.MAX_TARGETS]:
             self.obj.map("target_ports").update(port.to_bytes(2, "little"), one)
+        for port in s.ignored_ports[: abi.MAX_TARGETS]:
+            self.obj.map("ignored_ports").update(port.to_bytes(2, "little"), one)
         if len(self._pids) > abi.MAX_TARGETS or len(s.ports) > abi.MAX_TARGETS:
             log.warning("more than %d pids or ports selected; the rest are ignored",
                         abi.MAX_TARGETS)

@@ -187,3 +187,14 @@ def test_insecure_env_applies_when_config_leaves_it_out(monkeypatch):
     spans = build_span_exporters({"otlp": {"endpoint": "collector:4317"}})
     assert spans["otlp"]._insecure is True
     shutdown_all(spans)
+
+
+def test_export_ports_are_the_otlp_endpoints():
+    from otel_ebpf.export.factory import export_ports
+
+    cfg = {"otlp": {"endpoint": "collector:14317"}, "otlphttp/b": {"endpoint": "http://h:14318"},
+           "otlp/off": {"endpoint": ""}, "file": {"path": "x"}}
+    assert export_ports(cfg, {}) == {14317, 14318}
+    # no endpoint in the config: the SDK's environment variables, else the OTLP defaults
+    assert export_ports({"otlp": {}}, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:9999"}) == {9999}
+    assert export_ports({"otlp": {}, "otlphttp": {}}, {}) == {4317, 4318}
