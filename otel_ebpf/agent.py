@@ -11,6 +11,7 @@ from types import FrameType
 
 from otel_ebpf.config import Config
 from otel_ebpf.conntrack.table import ConnTable
+from otel_ebpf.correlate import Correlator
 from otel_ebpf.export.factory import (
     DisabledExporter,
     build_metric_exporters,
@@ -64,7 +65,12 @@ class Agent:
         self.resources = ProcessResources()
         self._stop = threading.Event()
         r = cfg.receiver
-        self.registry = Registry.from_config(r.protocols_enabled, r.protocol_options)
+        # every parser learns which headers correlate/ links spans by
+        options = {name: {"correlation_headers": list(r.correlation_headers), **opts}
+                   for name, opts in r.protocol_options.items()}
+        self.registry = Registry.from_config(r.protocols_enabled, options)
+        self.correlator = Correlator(self.stats, int(r.correlation_window_s * 1e9),
+                                     r.correlation_headers, max_requests=r.max_connections * 4)
         self.table = ConnTable(self.registry, self.stats, r.max_connections,
                                int(r.idle_timeout_s * 1e9))
         span_exporters = build_span_exporters(cfg.exporters_for("traces"))
@@ -107,15 +113,25 @@ class Agent:
             events = self.tracer.poll(poll_ms)
             if events:
                 self._prime_resources(events)
-                self._emit(self.table.handle(events))
+                self._emit(self._handle(events))
             if time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + SWEEP_INTERVAL_S
                 self.clock.refresh()
-                self._emit(self.table.sweep(time.clock_gettime_ns(time.CLOCK_MONOTONIC)))
+                now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+                self._emit(self.correlator.on_spans(self.table.sweep(now), now))
                 self._update_kernel_counters()
         # drain what the kernel still holds, then close every connection
-        self._emit(self.table.handle(self.tracer.poll(0)))
-        self._emit(self.table.close_all())
+        self._emit(self._handle(self.tracer.poll(0)))
+        self._emit(self.correlator.on_spans(self.table.close_all()))
+        self._emit(self.correlator.flush())
+
+    def _handle(self, events: list) -> list:
+        """Events -> spans with their IDs: requests are correlated as they are made,
+        before the spans of the batch (which may be their parents) are decided."""
+        spans = self.table.handle(events)
+        self.correlator.on_frames(self.table.frames)
+        self.table.frames.clear()
+        return self.correlator.on_spans(spans)
 
     def _prime_resources(self, events: list) -> None:
         """Read a process's resource when first seen: short-lived clients (curl) are gone

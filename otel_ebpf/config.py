@@ -491,6 +491,14 @@ _RECEIVER = _Map(
                 "idle_timeout": _Duration("1s", "24h", "300s"),
             }
         ),
+        "correlation": _Map(
+            {
+                "window": _Duration("10ms", "10m", "2s"),
+                "headers": _List(
+                    _Str(expected="a header name"), "a list of header names", ("x-request-id",)
+                ),
+            }
+        ),
         "protocols": _Map(
             {
                 "enabled": _List(
@@ -985,6 +993,8 @@ class EbpfReceiver:
     wakeup_fill_percent: int = _D["ring_buffer"]["wakeup_fill_percent"]
     max_connections: int = _D["connections"]["max"]
     idle_timeout_s: float = _D["connections"]["idle_timeout"]
+    correlation_window_s: float = _D["correlation"]["window"]
+    correlation_headers: tuple[str, ...] = tuple(_D["correlation"]["headers"])
     protocols_enabled: tuple[str, ...] = tuple(_D["protocols"]["enabled"])
     # parser name -> its options; http1's as {response_timeout_s, capture_headers, ...}
     protocol_options: dict[str, dict] = field(
@@ -1061,6 +1071,8 @@ def _build(tree: dict) -> Config:
             wakeup_fill_percent=e["ring_buffer"]["wakeup_fill_percent"],
             max_connections=e["connections"]["max"],
             idle_timeout_s=e["connections"]["idle_timeout"],
+            correlation_window_s=e["correlation"]["window"],
+            correlation_headers=tuple(h.lower() for h in e["correlation"]["headers"]),
             protocols_enabled=tuple(e["protocols"]["enabled"]),
             protocol_options=_protocol_options(e["protocols"]),
         ),

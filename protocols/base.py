@@ -95,7 +95,11 @@ class Frame:
     end_ns: int = 0  # kernel monotonic time of the last byte
     stream_pos: int = 0  # byte position of the first byte in its direction's stream
     tcp_seq: int | None = None  # TCP sequence number of the first byte, when known
+    tid: int = 0  # thread that moved the first byte
     size: int = 0  # bytes on the wire, head and body, including bytes not captured
+    # trace context the message carried (traceparent, tracestate, x-request-id...), by
+    # lower-case name: what correlate/ joins traces with. Set by the parser.
+    carrier: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -107,6 +111,13 @@ class Record:
 class SpanEvent:
     name: str
     time_ns: int  # kernel monotonic
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SpanLink:
+    trace_id: bytes
+    span_id: bytes
     attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
 
 
@@ -124,13 +135,16 @@ class NeutralSpan:
     status_message: str = ""
     events: list[SpanEvent] = field(default_factory=list)
     protocol: str = ""  # parser name, for self-telemetry
-    # evidence for correlate/: TCP sequence numbers of the request's and response's first bytes
+    # evidence for correlate/: TCP sequence numbers of the request's and response's first
+    # bytes, and the request's stream position (which request frame this span is)
     request_seq: int | None = None
     response_seq: int | None = None
+    request_pos: int | None = None
     # set by correlate/
     trace_id: bytes = b""
     span_id: bytes = b""
     parent_span_id: bytes = b""
+    links: list[SpanLink] = field(default_factory=list)
 
     @property
     def pid(self) -> int:

@@ -35,17 +35,22 @@ class FrameStart(NamedTuple):
     pos: int
     ns: int
     tcp_seq: int | None
+    tid: int
 
 
 class Connection:
     __slots__ = (
         "info", "parser", "state", "streams", "frame_start", "resync", "pending",
-        "infer_attempts", "unparsed", "last_ns", "tcp",
+        "infer_attempts", "unparsed", "last_ns", "tcp", "frames_out",
     )
 
-    def __init__(self, info: ConnInfo, tcp: bool) -> None:
+    def __init__(self, info: ConnInfo, tcp: bool,
+                 frames_out: list[tuple[ConnInfo, Frame]] | None = None) -> None:
         self.info = info
         self.tcp = tcp
+        # finished frames go here as they complete, before any span: correlate/ decides a
+        # request's trace and parent from what was open when it was made
+        self.frames_out = frames_out
         self.parser: ProtocolParser | None = None
         self.state: ParserState | None = None
         self.streams = (Stream(), Stream())
@@ -70,6 +75,7 @@ class Connection:
     def on_data(
         self, direction: Direction, pos: int, msg_len: int, payload: bytes,
         start_ns: int, end_ns: int, tcp_seq: int, registry: Registry, stats: Stats,
+        tid: int = 0,
     ) -> None:
         self.last_ns = end_ns
         if self.unparsed:
@@ -84,7 +90,7 @@ class Connection:
         if stream.started and pos > stream.known_end:
             stats.add("gaps")  # events lost between the last one and this
         stream.add(Chunk(pos, pos + msg_len, payload, start_ns, end_ns,
-                         tcp_seq if self.tcp else None))
+                         tcp_seq if self.tcp else None, tid))
         self._parse(direction, stats)
         self._finish_pending(direction)
 
@@ -150,8 +156,7 @@ class Connection:
 
     @staticmethod
     def _start_at(stream: Stream, pos: int) -> FrameStart:
-        ns, seq = stream.time_of_first(pos)
-        return FrameStart(pos, ns, seq)
+        return FrameStart(pos, *stream.time_of_first(pos))
 
     def _lose_bytes(self, direction: Direction, stats: Stats) -> None:
         self.streams[direction].jump_hole()
@@ -164,7 +169,7 @@ class Connection:
                                                                self.streams[direction].head)
         self.frame_start[direction] = None
         frame.direction = direction
-        frame.stream_pos, frame.start_ns, frame.tcp_seq = start
+        frame.stream_pos, frame.start_ns, frame.tcp_seq, frame.tid = start
 
     def _frame_done(self, direction: Direction, frame: Frame, consumed: int) -> None:
         stream = self.streams[direction]
@@ -177,6 +182,7 @@ class Connection:
         """Frames are done once their last byte has arrived (it may be skipped, not read)."""
         stream, pending = self.streams[direction], self.pending[direction]
         frames = self.state.frames[direction]  # type: ignore[union-attr]
+        out = self.frames_out
         while pending:
             frame, end = pending[0]
             end_ns = stream.time_of_last(end)
@@ -186,6 +192,8 @@ class Connection:
             frame.size = frame.size or end - frame.stream_pos
             frames.append(frame)
             pending.popleft()
+            if out is not None:
+                out.append((self.info, frame))
         stream.prune(min(stream.head, pending[0][1] - 1) if pending else stream.head)
 
     # ---- output ------------------------------------------------------------------

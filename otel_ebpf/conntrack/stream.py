@@ -17,6 +17,7 @@ class Chunk:
     start_ns: int  # when the bytes crossed the syscall boundary (write entry, read return)
     end_ns: int  # syscall return
     tcp_seq: int | None
+    tid: int = 0  # thread that made the syscall
 
 
 class Stream:
@@ -64,7 +65,7 @@ class Stream:
                 self.buf += c.data[buf_end - c.pos :]
             if captured_end < c.end:  # truncated: [captured_end, end) was not captured
                 queue[0] = Chunk(max(captured_end, buf_end), c.end, b"", c.start_ns,
-                                 c.end_ns, None)
+                                 c.end_ns, None, c.tid)
                 return
             queue.popleft()
 
@@ -100,13 +101,13 @@ class Stream:
                 return c
         return None
 
-    def time_of_first(self, pos: int) -> tuple[int, int | None]:
-        """(time, TCP sequence number) of the byte at `pos`."""
+    def time_of_first(self, pos: int) -> tuple[int, int | None, int]:
+        """(time, TCP sequence number, thread) of the byte at `pos`."""
         c = self.chunk_at(pos)
         if c is None:
-            return 0, None
+            return 0, None, 0
         seq = None if c.tcp_seq is None else (c.tcp_seq + max(pos - c.pos, 0)) & 0xFFFFFFFF
-        return c.start_ns, seq
+        return c.start_ns, seq, c.tid
 
     def time_of_last(self, end: int) -> int | None:
         """Time the byte before `end` arrived, or None when no chunk has reached it yet."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict, defaultdict
 
 from otel_ebpf.kernel import abi
-from otel_ebpf.protocols.base import ConnInfo, NeutralSpan, Role
+from otel_ebpf.protocols.base import ConnInfo, Frame, NeutralSpan, Role
 from otel_ebpf.protocols.registry import Registry
 from otel_ebpf.telemetry import Stats
 
@@ -45,6 +45,8 @@ class ConnTable:
         self.by_pid: defaultdict[int, set[Key]] = defaultdict(set)
         self.touched: set[Key] = set()
         self.evicted_spans: list[NeutralSpan] = []
+        # frames completed during handle(), in event order, for correlate/
+        self.frames: list[tuple[ConnInfo, Frame]] = []
 
     def __len__(self) -> int:
         return len(self.conns)
@@ -62,12 +64,13 @@ class ConnTable:
                     self.conns.move_to_end(ev.key)
                 stats.add("bytes", len(ev.payload))
                 conn.on_data(ev.direction, ev.pos, ev.msg_len, ev.payload, ev.enter_ns,
-                             ev.exit_ns, ev.tcp_seq, self.registry, stats)
+                             ev.exit_ns, ev.tcp_seq, self.registry, stats, tid=ev.tid)
                 self.touched.add(ev.key)
             elif type(ev) is abi.ConnOpen:
                 if ev.key in self.conns:
                     continue
-                self._open(Connection(conn_info(ev), tcp=bool(ev.flags & abi.CONN_F_TCP)))
+                self._open(Connection(conn_info(ev), tcp=bool(ev.flags & abi.CONN_F_TCP),
+                                      frames_out=self.frames))
             elif type(ev) is abi.ConnClose:
                 spans += self._close(ev.key)
             elif type(ev) is abi.ProcessExit:
@@ -88,7 +91,7 @@ class ConnTable:
         pid, fd, gen = ev.key
         info = ConnInfo(pid=pid, fd=fd, generation=gen, role=Role.UNKNOWN,
                         transport="datagram" if ev.peer else "stream", family="ipv4")
-        return Connection(info, tcp=ev.peer is None)
+        return Connection(info, tcp=ev.peer is None, frames_out=self.frames)
 
     def _open(self, conn: Connection) -> Connection:
         key = conn.info.key

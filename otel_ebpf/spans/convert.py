@@ -9,7 +9,7 @@ from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, TraceFlags
+from opentelemetry.trace import Link, SpanContext, TraceFlags
 from opentelemetry.trace.status import Status
 from opentelemetry.trace.status import StatusCode as ApiStatusCode
 
@@ -81,6 +81,12 @@ def to_readable(span: NeutralSpan, resource: Resource, clock: KernelClock) -> Re
         attributes=span.attributes,
         events=[
             Event(e.name, dict(e.attributes), clock.to_wall(e.time_ns)) for e in span.events
+        ],
+        links=[
+            Link(SpanContext(int.from_bytes(link.trace_id, "big"),
+                             int.from_bytes(link.span_id, "big"), True, _SAMPLED),
+                 dict(link.attributes))
+            for link in span.links
         ],
         kind=_KINDS[span.kind],
         status=Status(status_code, description),

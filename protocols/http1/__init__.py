@@ -16,7 +16,7 @@ from ..base import (
     Role,
 )
 from . import parse as _parse
-from .parse import HTTP1State, HTTPMessage, HTTPRequest, HTTPResponse
+from .parse import CONTEXT_HEADERS, HTTP1State, HTTPMessage, HTTPRequest, HTTPResponse
 from .spans import to_spans
 from .stitch import HTTPRecord, stitch
 
@@ -24,7 +24,8 @@ __all__ = ["HTTP1Parser", "HTTP1State", "HTTPMessage", "HTTPRecord", "HTTPReques
 
 
 class HTTP1Parser(ProtocolParser):
-    """Options: response_timeout_s (float, 30), capture_headers (bool, False)."""
+    """Options: response_timeout_s (float, 30), capture_headers (bool, False),
+    correlation_headers (header names whose values link spans, default [x-request-id])."""
 
     name = "http1"
     transport = "stream"
@@ -36,12 +37,14 @@ class HTTP1Parser(ProtocolParser):
             raise ValueError(f"http1: response_timeout_s must be > 0, got {timeout}")
         self.response_timeout_ns = int(timeout * 1e9)
         self.capture_headers = _flag(self.options.get("capture_headers", False))
+        extra = self.options.get("correlation_headers", ["x-request-id"])
+        self.carrier_names = CONTEXT_HEADERS | {str(h).lower() for h in extra}
 
     def infer(self, direction: Direction, head: bytes, conn: ConnInfo) -> Role | None:
         return _parse.infer(direction, head)
 
     def new_state(self, conn: ConnInfo) -> HTTP1State:
-        return HTTP1State(conn)
+        return HTTP1State(conn, self.carrier_names)
 
     def parse(
         self, direction: Direction, buf: memoryview, state: HTTP1State

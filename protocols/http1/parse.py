@@ -25,6 +25,10 @@ SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "s
 SECRET_PARTS = ("api-key", "api_key", "apikey", "token", "secret")
 
 
+# W3C trace context: correlate/ honors it; more names (x-request-id) come from the options
+CONTEXT_HEADERS = frozenset({"traceparent", "tracestate"})
+
+
 def is_secret(name: str) -> bool:
     """Whether a header (or query parameter) named `name` (lower case) may carry a secret."""
     return name in SECRET_HEADERS or any(part in name for part in SECRET_PARTS)
@@ -162,6 +166,7 @@ class HTTP1State(ParserState):
 
     __slots__ = (
         "answered",
+        "carrier_names",
         "closed",
         "next_index",
         "orphan_responses",
@@ -172,8 +177,9 @@ class HTTP1State(ParserState):
         "tunnel",
     )
 
-    def __init__(self, conn: ConnInfo) -> None:
+    def __init__(self, conn: ConnInfo, carrier_names: frozenset[str] = CONTEXT_HEADERS) -> None:
         super().__init__(conn)
+        self.carrier_names = carrier_names  # headers kept for correlate/ (frame.carrier)
         # a client writes its requests, a server reads them
         self.requests = Direction.INGRESS if conn.role == Role.SERVER else Direction.EGRESS
         self.streams = (_Stream(), _Stream())
@@ -252,12 +258,14 @@ def _head_span(buf, whole: re.Pattern, cut: re.Pattern) -> tuple[int, int] | Par
     return NEED
 
 
-def _message_fields(head: _Head, version: str, capture_headers: bool) -> dict:
+def _message_fields(head: _Head, version: str, capture_headers: bool,
+                    carrier_names: frozenset[str]) -> dict:
     headers: dict[str, list[str]] = {}
     if capture_headers:
         for k, v in head.fields:
             headers.setdefault(k, []).append(v)
     return {
+        "carrier": {k: v for k, v in head.fields if k in carrier_names},
         "version": version,
         "headers": headers,
         "host": head.first("host"),
@@ -298,7 +306,8 @@ def _request_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) -> 
         method=method,
         target=head.url.decode("latin-1"),
         index=state.next_index,
-        **_message_fields(head, parser.get_http_version(), capture_headers),
+        **_message_fields(head, parser.get_http_version(), capture_headers,
+                          state.carrier_names),
     )
     state.next_index += 1
     switch = parser.should_upgrade()  # Upgrade + Connection: upgrade, or CONNECT
@@ -343,7 +352,8 @@ def _response_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) ->
         index=sent.index,
         interim=tuple(s.interim),
         upgraded=body is Body.TUNNEL,
-        **_message_fields(head, parser.get_http_version(), capture_headers),
+        **_message_fields(head, parser.get_http_version(), capture_headers,
+                          state.carrier_names),
     )
     state.tunnel = body is Body.TUNNEL
     return _start_body(s, response, end, body, length)

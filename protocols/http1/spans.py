@@ -44,6 +44,7 @@ def to_spans(record: HTTPRecord, conn: ConnInfo, capture_headers: bool = False) 
             status=status,
             protocol=PROTOCOL,
             request_seq=request.tcp_seq,
+            request_pos=request.stream_pos,
             response_seq=response.tcp_seq if response is not None else None,
         )
     ]

@@ -63,6 +63,8 @@ class Span:
     status: dict
     trace_id: str
     span_id: str
+    parent_span_id: str = ""
+    links: list = field(default_factory=list)
 
 
 def _value(v: dict):
@@ -89,7 +91,8 @@ def read_spans(path: Path) -> list[Span]:
                         end=int(s["endTimeUnixNano"]),
                         attrs={a["key"]: _value(a["value"]) for a in s.get("attributes", [])},
                         resource=res, status=s.get("status", {}), trace_id=s["traceId"],
-                        span_id=s["spanId"]))
+                        span_id=s["spanId"], parent_span_id=s.get("parentSpanId", ""),
+                        links=s.get("links", [])))
     return spans
 
 
@@ -145,13 +148,13 @@ class AgentRun:
 
 
 def agent_config(traces: Path, ports: list[int], exporters: dict | None = None,
-                 response_timeout: str = "5s") -> str:
+                 response_timeout: str = "5s", targets: dict | None = None) -> str:
     """A config that selects `ports`, writes spans and metrics to `traces`, and also
     exports spans to `exporters` ({instance: settings})."""
     exporters = exporters or {}
     return yaml.safe_dump({
         "receivers": {"ebpf": {
-            "targets": {"ports": ports},
+            "targets": targets or {"ports": ports},
             "ring_buffer": {"poll_interval": "50ms"},
             "protocols": {"http1": {"response_timeout": response_timeout}},
         }},
@@ -173,11 +176,11 @@ def start_agent(tmp_path: Path) -> Iterator[Callable[..., AgentRun]]:
     runs: list[AgentRun] = []
 
     def start(ports: list[int], exporters: dict | None = None, timeout_s: float = 60.0,
-              response_timeout: str = "5s") -> AgentRun:
+              response_timeout: str = "5s", targets: dict | None = None) -> AgentRun:
         require_kernel()
         traces = tmp_path / f"traces-{len(runs)}.jsonl"
         cfg = tmp_path / f"agent-{len(runs)}.yaml"
-        cfg.write_text(agent_config(traces, ports, exporters, response_timeout))
+        cfg.write_text(agent_config(traces, ports, exporters, response_timeout, targets))
         err = tmp_path / f"agent-{len(runs)}.err"
         proc = subprocess.Popen(
             [str(VENV_BIN / "otel-ebpf"), "run", "-c", str(cfg)],

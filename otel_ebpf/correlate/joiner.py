@@ -1,0 +1,318 @@
+"""Joins spans into traces from what the wire and the kernel show, deciding each request's
+trace and parent when the request is made, not when its span ends.
+
+Evidence, strongest first (the span attribute `otel_ebpf.correlation` names it):
+  traceparent   the message carried W3C trace context: it is honored
+  wire          both ends of a TCP connection seen: same 4-tuple and TCP sequence number
+                of the request's first byte, so request n pairs with request n
+  thread        an outbound request written by the thread that read the one server
+                request it is handling (sync servers, thread-per-request)
+  sole_request  the only server request open in the process when the call was made
+  derived       the other end is not seen here: IDs computed from the 4-tuple and sequence
+                number, which an agent on the other host computes the same way
+  ambiguous     several server requests could be the parent: left a root, never guessed
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import OrderedDict, defaultdict
+from dataclasses import dataclass, field
+
+from otel_ebpf.correlate.ids import random_id
+from otel_ebpf.protocols.base import ConnInfo, Direction, Frame, NeutralSpan, Role, SpanLink
+from otel_ebpf.telemetry import Stats
+
+ATTRIBUTE = "otel_ebpf.correlation"
+MAX_DEPTH = 64  # parent chains longer than this are cut (a cycle can never hang us)
+
+WireKey = tuple[str, int, str, int, int]  # client addr, port, server addr, port, request seq
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """One request seen on the wire, before its span exists."""
+
+    span_id: bytes
+    conn_key: tuple[int, int, int]
+    pid: int
+    tid: int
+    role: Role
+    start_ns: int  # first byte
+    ready_ns: int  # last byte: a server request is being handled from here...
+    done_ns: int = 2**63  # ...until its response's first byte
+    seen_ns: int = 0  # agent's clock when it arrived, for the waiting window
+    wire_key: WireKey | None = None
+    carrier: dict[str, str] = field(default_factory=dict)
+    parent: Request | None = None
+    remote_parent: tuple[bytes, bytes] | None = None  # (trace id, span id) not ours
+    trace_id: bytes = b""  # a root's, drawn when first needed
+    evidence: str = ""
+    decided: bool = True  # False while a server request waits for its client's write
+    matched: bool = False  # a client request whose server end was seen here
+    links: list[SpanLink | _PendingLink] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _PendingLink:
+    """A link to a request whose trace may not be known yet (resolved when emitted)."""
+
+    target: Request
+    name: str
+
+
+def parse_traceparent(value: str) -> tuple[bytes, bytes] | None:
+    """(trace id, span id) of a W3C traceparent header, or None when it is malformed."""
+    parts = value.strip().split("-")
+    if len(parts) < 4 or len(parts[0]) != 2 or parts[0] == "ff":
+        return None
+    try:
+        trace, span = bytes.fromhex(parts[1]), bytes.fromhex(parts[2])
+    except ValueError:
+        return None
+    if len(trace) != 16 or len(span) != 8 or not any(trace) or not any(span):
+        return None
+    return trace, span
+
+
+def derived_ids(key: WireKey) -> tuple[bytes, bytes]:
+    """(trace id, span id) both hosts of a connection compute alike from what both see."""
+    digest = hashlib.sha256("|".join(map(str, key)).encode()).digest()
+    return digest[:16], digest[16:24]
+
+
+def wire_key(conn: ConnInfo, frame: Frame) -> WireKey | None:
+    if frame.tcp_seq is None or not conn.remote_port:
+        return None
+    if conn.role == Role.SERVER:
+        return (conn.remote_addr, conn.remote_port, conn.local_addr, conn.local_port,
+                frame.tcp_seq)
+    return (conn.local_addr, conn.local_port, conn.remote_addr, conn.remote_port, frame.tcp_seq)
+
+
+class Correlator:
+    """Feed it frames as they complete (`on_frames`) and spans as they end (`on_spans`);
+    it returns spans with trace, span and parent IDs once they are known."""
+
+    def __init__(
+        self,
+        stats: Stats,
+        window_ns: int = 2_000_000_000,
+        correlation_headers: tuple[str, ...] = ("x-request-id",),
+        max_requests: int = 200_000,
+    ) -> None:
+        self.stats = stats
+        self.window_ns = window_ns
+        self.id_headers = tuple(h.lower() for h in correlation_headers)
+        self.max_requests = max_requests
+        # requests by (connection key, stream position of the request's first byte)
+        self.requests: OrderedDict[tuple[tuple[int, int, int], int], Request] = OrderedDict()
+        self.clients: OrderedDict[WireKey, Request] = OrderedDict()  # awaiting their server
+        self.waiting: OrderedDict[WireKey, Request] = OrderedDict()  # servers awaiting client
+        self.open: defaultdict[int, list[Request]] = defaultdict(list)  # server requests by pid
+        self.first_by_id: OrderedDict[tuple[str, str], Request] = OrderedDict()
+        self.held: list[tuple[NeutralSpan, Request]] = []
+
+    # ---- requests, as they are made --------------------------------------------------
+
+    def on_frames(self, frames: list[tuple[ConnInfo, Frame]], now_ns: int | None = None
+                  ) -> None:
+        """Frames in the order they completed. Requests get their IDs here; a server's
+        response ends the time its request could be the parent of outbound calls."""
+        now_ns = _now() if now_ns is None else now_ns
+        for conn, frame in frames:
+            is_request = (frame.direction == Direction.EGRESS) == (conn.role == Role.CLIENT)
+            if not is_request:
+                if conn.role == Role.SERVER:
+                    self._server_answers(conn, frame)
+                continue
+            req = Request(
+                span_id=random_id(8), conn_key=conn.key, pid=conn.pid, tid=frame.tid,
+                role=conn.role,
+                start_ns=frame.start_ns, ready_ns=frame.end_ns, seen_ns=now_ns,
+                wire_key=wire_key(conn, frame), carrier=frame.carrier,
+            )
+            self._remember((conn.key, frame.stream_pos), req)
+            context = parse_traceparent(frame.carrier.get("traceparent", ""))
+            if context is not None:
+                req.remote_parent, req.evidence = context, "traceparent"
+            if conn.role == Role.SERVER:
+                self._server_request(req)
+            else:
+                self._client_request(req)
+            self._link_by_id(req)
+
+    def _remember(self, key: tuple[tuple[int, int, int], int], req: Request) -> None:
+        self.requests[key] = req
+        while len(self.requests) > self.max_requests:
+            _, old = self.requests.popitem(last=False)
+            self._close_server(old)
+            self.stats.add("correlation.evicted")
+
+    def _server_request(self, req: Request) -> None:
+        self.open[req.pid].append(req)
+        key = req.wire_key
+        client = self.clients.pop(key, None) if key else None
+        if client is not None:
+            client.matched = True
+            if req.remote_parent is None:
+                req.parent, req.evidence = client, "wire"
+        elif req.remote_parent is None and key is not None:
+            req.decided = False  # its client's write may be a moment behind in the ring
+            self.waiting[key] = req
+
+    def _server_answers(self, conn: ConnInfo, frame: Frame) -> None:
+        for req in self.open.get(conn.pid, ()):
+            if req.conn_key == conn.key and req.done_ns == 2**63:
+                req.done_ns = frame.start_ns
+                return
+
+    def _client_request(self, req: Request) -> None:
+        if req.remote_parent is None:
+            self._parent_in_process(req)
+        key = req.wire_key
+        if key is None:
+            return
+        server = self.waiting.pop(key, None)
+        if server is not None:
+            req.matched = True
+            server.parent, server.evidence, server.decided = req, "wire", True
+        else:
+            self.clients[key] = req
+
+    def _parent_in_process(self, req: Request) -> None:
+        """The server request this outbound call is made for, when the evidence says so."""
+        candidates = [s for s in self.open.get(req.pid, ())
+                      if s.ready_ns <= req.start_ns < s.done_ns]
+        if not candidates:
+            return  # made outside any request: a root
+        same_thread = [s for s in candidates if s.tid == req.tid]
+        if len(same_thread) == 1:
+            req.parent, req.evidence = same_thread[0], "thread"
+        elif not same_thread and len(candidates) == 1:
+            req.parent, req.evidence = candidates[0], "sole_request"
+        else:
+            req.evidence = "ambiguous"
+            self.stats.add("correlation.ambiguous")
+
+    def _link_by_id(self, req: Request) -> None:
+        """Requests carrying the same x-request-id (or configured header) are linked."""
+        for name in self.id_headers:
+            value = req.carrier.get(name)
+            if not value:
+                continue
+            first = self.first_by_id.setdefault((name, value), req)
+            if first is not req and req.parent is None and req.remote_parent is None:
+                req.links.append(_PendingLink(first, name))
+            while len(self.first_by_id) > self.max_requests:
+                self.first_by_id.popitem(last=False)
+
+    def _close_server(self, req: Request) -> None:
+        if req.role == Role.SERVER:
+            reqs = self.open.get(req.pid)
+            if reqs is not None and req in reqs:
+                reqs.remove(req)
+                if not reqs:
+                    del self.open[req.pid]
+
+    # ---- spans, as they end ---------------------------------------------------------
+
+    def on_spans(self, spans: list[NeutralSpan], now_ns: int | None = None) -> list[NeutralSpan]:
+        """Spans whose IDs are settled; the others wait (at most the window)."""
+        now_ns = _now() if now_ns is None else now_ns
+        ready: list[NeutralSpan] = []
+        for span in spans:
+            req = None
+            if span.request_pos is not None:
+                req = self.requests.pop((span.conn.key, span.request_pos), None)
+            if req is None:
+                ready.append(span)  # nothing seen of its request: random IDs later
+                continue
+            self._close_server(req)
+            if self._settle(span, req):
+                ready.append(span)
+            else:
+                self.held.append((span, req))
+        return ready + self.expire(now_ns)
+
+    def expire(self, now_ns: int | None = None) -> list[NeutralSpan]:
+        """Give up waiting where the window has passed; release what that settles."""
+        now_ns = _now() if now_ns is None else now_ns
+        deadline = now_ns - self.window_ns
+        while self.waiting:
+            key, server = next(iter(self.waiting.items()))
+            if server.seen_ns > deadline:
+                break
+            del self.waiting[key]
+            # no client end here: the other host's agent derives the same IDs
+            server.remote_parent, server.evidence = derived_ids(key), "derived"
+            server.decided = True
+        while self.clients and next(iter(self.clients.values())).seen_ns <= deadline:
+            self.clients.popitem(last=False)
+        return self._release(force=False)
+
+    def flush(self) -> list[NeutralSpan]:
+        """At shutdown: settle everything with what is known."""
+        for key, server in self.waiting.items():
+            server.remote_parent, server.evidence = derived_ids(key), "derived"
+            server.decided = True
+        self.waiting.clear()
+        return self._release(force=True)
+
+    def _release(self, force: bool) -> list[NeutralSpan]:
+        ready: list[NeutralSpan] = []
+        still: list[tuple[NeutralSpan, Request]] = []
+        for span, req in self.held:
+            if self._settle(span, req) or force:
+                ready.append(span)
+            else:
+                still.append((span, req))
+        self.held = still
+        return ready
+
+    def _settle(self, span: NeutralSpan, req: Request) -> bool:
+        """Write IDs into the span if its trace is known; False while an ancestor waits."""
+        trace = _trace_of(req)
+        if trace is None:
+            return False
+        span.trace_id, span.span_id = trace, req.span_id
+        if req.parent is not None:
+            span.parent_span_id = req.parent.span_id
+        elif req.remote_parent is not None:
+            span.parent_span_id = req.remote_parent[1]
+        if req.evidence:
+            span.attributes[ATTRIBUTE] = req.evidence
+            self.stats.add("correlation.decided", evidence=req.evidence)
+        for link in req.links:
+            if isinstance(link, _PendingLink):
+                target = link.target
+                if (t := _trace_of(target)) is not None:
+                    span.links.append(SpanLink(t, target.span_id, {"otel_ebpf.link": link.name}))
+            else:
+                span.links.append(link)
+        if req.role == Role.CLIENT and not req.matched and req.wire_key is not None \
+                and req.remote_parent is None:
+            trace_id, span_id = derived_ids(req.wire_key)
+            span.links.append(SpanLink(trace_id, span_id, {ATTRIBUTE: "derived"}))
+        return True
+
+
+def _trace_of(req: Request) -> bytes | None:
+    """The trace a request belongs to: its root's. None while some ancestor still waits."""
+    r = req
+    for _ in range(MAX_DEPTH):
+        if r.remote_parent is not None:
+            return r.remote_parent[0]
+        if not r.decided:
+            return None
+        if r.parent is None:
+            break
+        r = r.parent
+    if not r.trace_id:
+        r.trace_id = random_id(16)
+    return r.trace_id
+
+
+def _now() -> int:
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)

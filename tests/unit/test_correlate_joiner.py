@@ -1,0 +1,181 @@
+"""The correlator on synthetic frames and spans: each kind of evidence, ambiguity left a
+root, the waiting window, derived IDs, bounds."""
+
+from __future__ import annotations
+
+from otel_ebpf.protocols.base import (
+    ConnInfo,
+    Direction,
+    Frame,
+    NeutralSpan,
+    Role,
+    SpanKind,
+)
+
+from otel_ebpf.correlate.joiner import Correlator, derived_ids, parse_traceparent
+from otel_ebpf.telemetry import Stats
+
+MS = 1_000_000
+
+
+def conn(pid: int, fd: int, role: Role, local: int, remote: int) -> ConnInfo:
+    return ConnInfo(pid=pid, fd=fd, generation=1, role=role, transport="stream", family="ipv4",
+                    local_addr="127.0.0.1", local_port=local, remote_addr="127.0.0.1",
+                    remote_port=remote)
+
+
+def frame(direction: Direction, start: int, end: int, tid: int, seq: int, pos: int = 0,
+          **carrier: str) -> Frame:
+    return Frame(direction=direction, start_ns=start, end_ns=end, tid=tid, tcp_seq=seq,
+                 stream_pos=pos, carrier={k.replace("_", "-"): v for k, v in carrier.items()})
+
+
+def request(c: ConnInfo, start: int, end: int, tid: int, seq: int, pos: int = 0, **carrier):
+    direction = Direction.EGRESS if c.role == Role.CLIENT else Direction.INGRESS
+    return c, frame(direction, start, end, tid, seq, pos, **carrier)
+
+
+def response(c: ConnInfo, start: int, tid: int):
+    direction = Direction.INGRESS if c.role == Role.CLIENT else Direction.EGRESS
+    return c, frame(direction, start, start + 1, tid, 0)
+
+
+def span(c: ConnInfo, pos: int = 0) -> NeutralSpan:
+    kind = SpanKind.CLIENT if c.role == Role.CLIENT else SpanKind.SERVER
+    return NeutralSpan(name="GET", kind=kind, start_ns=0, end_ns=1, conn=c, request_pos=pos)
+
+
+# a client in pid 1 calls a server in pid 2 on port 80 from port 5000
+UP_CLIENT = conn(1, 3, Role.CLIENT, 5000, 80)
+SERVER = conn(2, 4, Role.SERVER, 80, 5000)
+
+
+def test_client_and_server_pair_by_sequence_number_either_order():
+    for order in ("client first", "server first"):
+        c = Correlator(Stats())
+        frames = [request(UP_CLIENT, 10, 11, 1, seq=777), request(SERVER, 12, 12, 2, seq=777)]
+        c.on_frames(frames if order == "client first" else frames[::-1], now_ns=0)
+        server, client = span(SERVER), span(UP_CLIENT)
+        out = c.on_spans([server, client], now_ns=0)
+        assert out == [server, client]
+        assert server.parent_span_id == client.span_id and server.trace_id == client.trace_id
+        assert server.attributes["otel_ebpf.correlation"] == "wire"
+        assert not client.links  # its server end was seen here: no derived link
+
+
+def test_keepalive_pairs_request_n_with_request_n():
+    c = Correlator(Stats())
+    frames = []
+    for n in range(3):
+        frames += [request(UP_CLIENT, 10 * n, 10 * n + 1, 1, seq=100 * n, pos=50 * n),
+                   request(SERVER, 10 * n + 2, 10 * n + 3, 2, seq=100 * n, pos=50 * n)]
+    c.on_frames(frames, now_ns=0)
+    pairs = [(span(UP_CLIENT, 50 * n), span(SERVER, 50 * n)) for n in range(3)]
+    c.on_spans([s for p in pairs for s in p], now_ns=0)
+    for client, server in pairs:
+        assert server.parent_span_id == client.span_id
+    assert len({client.trace_id for client, _ in pairs}) == 3
+
+
+# pid 2 serves on fd 4 and 5 and calls out on fd 9
+SERVER_B = conn(2, 5, Role.SERVER, 80, 5001)
+OUT = conn(2, 9, Role.CLIENT, 6000, 443)
+
+
+def test_call_on_the_reading_thread_is_a_child():
+    c = Correlator(Stats())
+    c.on_frames([request(SERVER, 10, 20, tid=7, seq=1), request(OUT, 30, 31, tid=7, seq=2)],
+                now_ns=0)
+    server, out = span(SERVER), span(OUT)
+    c.on_spans([out, server], now_ns=0)
+    c.flush()
+    assert out.parent_span_id == server.span_id and out.trace_id == server.trace_id
+    assert out.attributes["otel_ebpf.correlation"] == "thread"
+
+
+def test_sole_open_request_is_the_parent_of_another_threads_call():
+    c = Correlator(Stats())
+    c.on_frames([request(SERVER, 10, 20, tid=7, seq=1), request(OUT, 30, 31, tid=8, seq=2)],
+                now_ns=0)
+    server, out = span(SERVER), span(OUT)
+    c.on_spans([out, server], now_ns=0)
+    c.flush()
+    assert out.parent_span_id == server.span_id
+    assert out.attributes["otel_ebpf.correlation"] == "sole_request"
+
+
+def test_two_open_requests_on_the_loop_thread_leave_a_root():
+    stats = Stats()
+    c = Correlator(stats)
+    c.on_frames([request(SERVER, 10, 20, tid=7, seq=1), request(SERVER_B, 12, 22, tid=7, seq=5),
+                 request(OUT, 30, 31, tid=7, seq=2)], now_ns=0)
+    out = span(OUT)
+    c.on_spans([out], now_ns=0)
+    c.flush()
+    assert out.parent_span_id == b"" and out.attributes["otel_ebpf.correlation"] == "ambiguous"
+    assert stats.total("correlation.ambiguous") == 1
+
+
+def test_a_request_already_answered_is_no_candidate():
+    c = Correlator(Stats())
+    c.on_frames([request(SERVER, 10, 20, tid=7, seq=1), request(SERVER_B, 12, 22, tid=7, seq=5),
+                 response(SERVER, 25, tid=7), request(OUT, 30, 31, tid=7, seq=2)], now_ns=0)
+    server_b, out = span(SERVER_B), span(OUT)
+    c.on_spans([out, server_b], now_ns=0)
+    c.flush()
+    assert out.parent_span_id == server_b.span_id
+
+
+def test_server_waits_for_its_client_then_derives():
+    c = Correlator(Stats(), window_ns=100 * MS)
+    c.on_frames([request(SERVER, 10, 20, tid=7, seq=99), request(OUT, 30, 31, tid=7, seq=2)],
+                now_ns=0)
+    server, out = span(SERVER), span(OUT)
+    assert c.on_spans([out, server], now_ns=50 * MS) == []  # both wait on the server's client
+    released = c.expire(now_ns=150 * MS)
+    assert released == [out, server]
+    trace, parent = derived_ids(("127.0.0.1", 5000, "127.0.0.1", 80, 99))
+    assert server.trace_id == trace and server.parent_span_id == parent
+    assert out.trace_id == trace and out.parent_span_id == server.span_id
+
+
+def test_unmatched_client_links_to_the_derived_ids():
+    c = Correlator(Stats())
+    c.on_frames([request(UP_CLIENT, 10, 11, 1, seq=5)], now_ns=0)
+    client = span(UP_CLIENT)
+    c.on_spans([client], now_ns=0)
+    assert [(link.trace_id, link.span_id) for link in client.links] == [
+        derived_ids(("127.0.0.1", 5000, "127.0.0.1", 80, 5))]
+
+
+def test_traceparent_wins():
+    trace, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    c = Correlator(Stats())
+    c.on_frames([request(UP_CLIENT, 10, 11, 1, seq=3, traceparent=f"00-{trace}-{parent}-01"),
+                 request(SERVER, 12, 13, 2, seq=3, traceparent=f"00-{trace}-{parent}-01")],
+                now_ns=0)
+    client, server = span(UP_CLIENT), span(SERVER)
+    c.on_spans([server, client], now_ns=0)
+    for s in (client, server):
+        assert s.trace_id.hex() == trace and s.parent_span_id.hex() == parent
+
+
+def test_malformed_traceparent_is_ignored():
+    assert parse_traceparent("00-xyz-00f067aa0ba902b7-01") is None
+    assert parse_traceparent("00-" + "0" * 32 + "-00f067aa0ba902b7-01") is None
+    assert parse_traceparent("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01") is None
+    assert parse_traceparent("garbage") is None
+
+
+def test_spans_of_unknown_requests_pass_through():
+    c = Correlator(Stats())
+    s = span(UP_CLIENT, pos=12345)
+    assert c.on_spans([s], now_ns=0) == [s] and s.trace_id == b""
+
+
+def test_request_table_is_bounded():
+    stats = Stats()
+    c = Correlator(stats, max_requests=10)
+    c.on_frames([request(conn(1, fd, Role.CLIENT, 5000 + fd, 80), 1, 2, 1, seq=fd)
+                 for fd in range(30)], now_ns=0)
+    assert len(c.requests) == 10 and stats.total("correlation.evicted") == 20
