@@ -26,6 +26,9 @@ from otel_ebpf.telemetry import Stats
 
 ATTRIBUTE = "otel_ebpf.correlation"
 MAX_DEPTH = 64  # parent chains longer than this are cut (a cycle can never hang us)
+# A client request waits this long for its server end to read it: a server with a queue
+# (gunicorn's backlog) may read a request seconds after it was written.
+CLIENT_RETENTION_NS = 120 * 10**9
 
 WireKey = tuple[str, int, str, int, int]  # client addr, port, server addr, port, request seq
 
@@ -248,7 +251,10 @@ class Correlator:
             # no client end here: the other host's agent derives the same IDs
             server.remote_parent, server.evidence = derived_ids(key), "derived"
             server.decided = True
-        while self.clients and next(iter(self.clients.values())).seen_ns <= deadline:
+        retention = now_ns - max(CLIENT_RETENTION_NS, self.window_ns)
+        while self.clients and next(iter(self.clients.values())).seen_ns <= retention:
+            self.clients.popitem(last=False)
+        while len(self.clients) > self.max_requests:
             self.clients.popitem(last=False)
         return self._release(force=False)
 

@@ -179,3 +179,14 @@ def test_request_table_is_bounded():
     c.on_frames([request(conn(1, fd, Role.CLIENT, 5000 + fd, 80), 1, 2, 1, seq=fd)
                  for fd in range(30)], now_ns=0)
     assert len(c.requests) == 10 and stats.total("correlation.evicted") == 20
+
+
+def test_a_server_reading_late_still_finds_its_client():
+    """A request queued in a server's backlog longer than the window is still paired."""
+    c = Correlator(Stats(), window_ns=100 * MS)
+    c.on_frames([request(UP_CLIENT, 10, 11, 1, seq=8)], now_ns=0)
+    c.expire(now_ns=5_000 * MS)
+    c.on_frames([request(SERVER, 5_000 * MS, 5_000 * MS, 2, seq=8)], now_ns=5_000 * MS)
+    server = span(SERVER)
+    assert c.on_spans([server], now_ns=5_001 * MS) == [server]
+    assert server.attributes["otel_ebpf.correlation"] == "wire"
