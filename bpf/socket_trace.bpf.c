@@ -6,6 +6,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
+#include <bpf/bpf_tracing.h>
 #include "abi.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -108,6 +109,22 @@ struct {
 	__type(key, __u16);
 	__type(value, __u8);
 } ignored_ports SEC(".maps");
+
+/* The asyncio task each thread is running (uprobes on CPython's task step). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u64);
+} cur_task SEC(".maps");
+
+/* Processes with a traced connection: only theirs are worth task events. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u8);
+} traced_pids SEC(".maps");
 
 static __always_inline void count(__u32 idx, __u64 n)
 {
@@ -311,8 +328,11 @@ static __always_inline struct conn_state *get_conn(int fd, struct socket *sock, 
 	new_st.traced = is_target(&local, &remote);
 	bpf_map_update_elem(&conns, &mkey, &new_st, BPF_ANY);
 	st = bpf_map_lookup_elem(&conns, &mkey);
-	if (st && st->traced)
+	if (st && st->traced) {
+		__u8 one = 1;
+		bpf_map_update_elem(&traced_pids, &tgid, &one, BPF_ANY);
 		emit_open(st, role, &local, &remote);
+	}
 	return st;
 }
 
@@ -446,6 +466,9 @@ static __always_inline void emit_data(struct conn_state *st, struct syscall_args
 	ev->msg_len = len;
 	ev->flags = 0;
 	ev->tcp_seq = tcp_seq;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u64 *task = bpf_map_lookup_elem(&cur_task, &tid);
+	ev->task = task ? *task : 0;
 	if (peer) {
 		ev->peer = *peer;
 		ev->flags |= peer->family ? DATA_F_HAS_PEER : 0;
@@ -648,6 +671,57 @@ int on_process_exit(void *ctx)
 	ev->hdr.ts_ns = bpf_ktime_get_ns();
 	ev->pid = id >> 32;
 	ev->_pad = 0;
+	bpf_ringbuf_submit(ev, wakeup_flags());
+	return 0;
+}
+
+/* ---- asyncio tasks (uprobes on CPython's _asyncio module, attached per library) ---- */
+
+static __always_inline int task_enter(__u64 task)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	bpf_map_update_elem(&cur_task, &tid, &task, BPF_ANY);
+	return 0;
+}
+
+/* task_step_impl(TaskObj *task, PyObject *exc): CPython 3.11 */
+SEC("uprobe")
+int BPF_KPROBE(task_step_enter_arg0, void *task) { return task_enter((__u64)task); }
+
+/* task_step_impl(asyncio_state *state, TaskObj *task, PyObject *exc): CPython 3.12+ */
+SEC("uprobe")
+int BPF_KPROBE(task_step_enter_arg1, void *state, void *task) { return task_enter((__u64)task); }
+
+SEC("uretprobe")
+int task_step_exit(struct pt_regs *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	bpf_map_delete_elem(&cur_task, &tid);
+	return 0;
+}
+
+/* _asyncio_Task___init__(PyObject *self, ...): a task is born, inside a running task or
+ * in a loop callback (a protocol's data_received creating a request's task). */
+SEC("uprobe")
+int BPF_KPROBE(task_init, void *self)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	if (!bpf_map_lookup_elem(&traced_pids, &tgid))
+		return 0;
+	struct task_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+	if (!ev) {
+		count(CNT_RINGBUF_DROPS, 1);
+		return 0;
+	}
+	__u64 *running = bpf_map_lookup_elem(&cur_task, &tid);
+	ev->hdr.type = EV_TASK_NEW;
+	ev->hdr.tid = tid;
+	ev->hdr.ts_ns = bpf_ktime_get_ns();
+	ev->pid = tgid;
+	ev->_pad = 0;
+	ev->task = (__u64)self;
+	ev->parent = running ? *running : 0;
 	bpf_ringbuf_submit(ev, wakeup_flags());
 	return 0;
 }

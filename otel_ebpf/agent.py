@@ -101,6 +101,8 @@ class Agent:
 
     def start(self) -> None:
         self.tracer = SocketTracer(capture_settings(self.cfg), self.libbpf_log)
+        if self.cfg.receiver.correlation_asyncio_tasks:
+            self.tracer.asyncio.scan_all()
         log.info("attached %d programs; parsers: %s", self.tracer.programs,
                  ", ".join(p.name for p in self.registry.parsers))
         print(READY_LINE, file=sys.stderr, flush=True)
@@ -112,7 +114,7 @@ class Agent:
         while not self._stop.is_set():
             events = self.tracer.poll(poll_ms)
             if events:
-                self._prime_resources(events)
+                self._new_processes(events)
                 self._emit(self._handle(events))
             if time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + SWEEP_INTERVAL_S
@@ -129,17 +131,21 @@ class Agent:
         """Events -> spans with their IDs: requests are correlated as they are made,
         before the spans of the batch (which may be their parents) are decided."""
         spans = self.table.handle(events)
+        self.correlator.on_tasks(self.table.task_births)
+        self.table.task_births.clear()
         self.correlator.on_frames(self.table.frames)
         self.table.frames.clear()
         return self.correlator.on_spans(spans)
 
-    def _prime_resources(self, events: list) -> None:
-        """Read a process's resource when first seen: short-lived clients (curl) are gone
-        by the time their spans are exported."""
+    def _new_processes(self, events: list) -> None:
+        """A process's first connection: read its resource now (short-lived clients such as
+        curl are gone by the time their spans are exported) and probe its asyncio."""
         for ev in events:
             if type(ev) is ConnOpen and ev.key[0] not in self._primed:
                 self._primed.add(ev.key[0])
                 self.resources.prime(ev.key[0], ev.comm)
+                if self.cfg.receiver.correlation_asyncio_tasks and self.tracer is not None:
+                    self.tracer.asyncio.scan([ev.key[0]])
             elif type(ev) is ProcessExit:
                 self._primed.discard(ev.pid)
 

@@ -497,6 +497,7 @@ _RECEIVER = _Map(
                 "headers": _List(
                     _Str(expected="a header name"), "a list of header names", ("x-request-id",)
                 ),
+                "asyncio_tasks": _Bool(True),
             }
         ),
         "protocols": _Map(
@@ -995,6 +996,7 @@ class EbpfReceiver:
     idle_timeout_s: float = _D["connections"]["idle_timeout"]
     correlation_window_s: float = _D["correlation"]["window"]
     correlation_headers: tuple[str, ...] = tuple(_D["correlation"]["headers"])
+    correlation_asyncio_tasks: bool = _D["correlation"]["asyncio_tasks"]
     protocols_enabled: tuple[str, ...] = tuple(_D["protocols"]["enabled"])
     # parser name -> its options; http1's as {response_timeout_s, capture_headers, ...}
     protocol_options: dict[str, dict] = field(
@@ -1073,6 +1075,7 @@ def _build(tree: dict) -> Config:
             idle_timeout_s=e["connections"]["idle_timeout"],
             correlation_window_s=e["correlation"]["window"],
             correlation_headers=tuple(h.lower() for h in e["correlation"]["headers"]),
+            correlation_asyncio_tasks=e["correlation"]["asyncio_tasks"],
             protocols_enabled=tuple(e["protocols"]["enabled"]),
             protocol_options=_protocol_options(e["protocols"]),
         ),

@@ -96,6 +96,7 @@ class Frame:
     stream_pos: int = 0  # byte position of the first byte in its direction's stream
     tcp_seq: int | None = None  # TCP sequence number of the first byte, when known
     tid: int = 0  # thread that moved the first byte
+    task: int = 0  # asyncio task that moved the first byte (its address), or 0
     size: int = 0  # bytes on the wire, head and body, including bytes not captured
     # trace context the message carried (traceparent, tracestate, x-request-id...), by
     # lower-case name: what correlate/ joins traces with. Set by the parser.

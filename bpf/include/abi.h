@@ -16,6 +16,7 @@ enum event_type {
 	EV_CONN_CLOSE = 2,
 	EV_DATA = 3,
 	EV_PROC_EXIT = 4,
+	EV_TASK_NEW = 5,
 };
 
 enum direction {
@@ -102,7 +103,17 @@ struct data_event {
 	__u8 flags;
 	__u16 _pad;
 	struct addr peer;        /* DATA_F_HAS_PEER: datagram source/destination */
+	__u64 task;              /* the asyncio task running on the thread, or 0 */
 	/* payload follows */
+};
+
+/* An asyncio task was created (uprobe on CPython's _asyncio Task.__init__). */
+struct task_event {
+	struct event_header hdr;
+	__u32 pid;
+	__u32 _pad;
+	__u64 task;    /* the new task object's address */
+	__u64 parent;  /* the task running when it was created, or 0 (a loop callback) */
 };
 
 struct proc_exit_event {

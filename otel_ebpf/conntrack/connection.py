@@ -36,6 +36,7 @@ class FrameStart(NamedTuple):
     ns: int
     tcp_seq: int | None
     tid: int
+    task: int
 
 
 class Connection:
@@ -75,7 +76,7 @@ class Connection:
     def on_data(
         self, direction: Direction, pos: int, msg_len: int, payload: bytes,
         start_ns: int, end_ns: int, tcp_seq: int, registry: Registry, stats: Stats,
-        tid: int = 0,
+        tid: int = 0, task: int = 0,
     ) -> None:
         self.last_ns = end_ns
         if self.unparsed:
@@ -90,7 +91,7 @@ class Connection:
         if stream.started and pos > stream.known_end:
             stats.add("gaps")  # events lost between the last one and this
         stream.add(Chunk(pos, pos + msg_len, payload, start_ns, end_ns,
-                         tcp_seq if self.tcp else None, tid))
+                         tcp_seq if self.tcp else None, tid, task))
         self._parse(direction, stats)
         self._finish_pending(direction)
 
@@ -169,7 +170,7 @@ class Connection:
                                                                self.streams[direction].head)
         self.frame_start[direction] = None
         frame.direction = direction
-        frame.stream_pos, frame.start_ns, frame.tcp_seq, frame.tid = start
+        frame.stream_pos, frame.start_ns, frame.tcp_seq, frame.tid, frame.task = start
 
     def _frame_done(self, direction: Direction, frame: Frame, consumed: int) -> None:
         stream = self.streams[direction]

@@ -18,6 +18,7 @@ class Chunk:
     end_ns: int  # syscall return
     tcp_seq: int | None
     tid: int = 0  # thread that made the syscall
+    task: int = 0  # asyncio task running on that thread, or 0
 
 
 class Stream:
@@ -65,7 +66,7 @@ class Stream:
                 self.buf += c.data[buf_end - c.pos :]
             if captured_end < c.end:  # truncated: [captured_end, end) was not captured
                 queue[0] = Chunk(max(captured_end, buf_end), c.end, b"", c.start_ns,
-                                 c.end_ns, None, c.tid)
+                                 c.end_ns, None, c.tid, c.task)
                 return
             queue.popleft()
 
@@ -101,13 +102,13 @@ class Stream:
                 return c
         return None
 
-    def time_of_first(self, pos: int) -> tuple[int, int | None, int]:
-        """(time, TCP sequence number, thread) of the byte at `pos`."""
+    def time_of_first(self, pos: int) -> tuple[int, int | None, int, int]:
+        """(time, TCP sequence number, thread, asyncio task) of the byte at `pos`."""
         c = self.chunk_at(pos)
         if c is None:
-            return 0, None, 0
+            return 0, None, 0, 0
         seq = None if c.tcp_seq is None else (c.tcp_seq + max(pos - c.pos, 0)) & 0xFFFFFFFF
-        return c.start_ns, seq, c.tid
+        return c.start_ns, seq, c.tid, c.task
 
     def time_of_last(self, end: int) -> int | None:
         """Time the byte before `end` arrived, or None when no chunk has reached it yet."""

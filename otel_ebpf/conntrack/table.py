@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 from collections import OrderedDict, defaultdict
+from typing import NamedTuple
 
 from otel_ebpf.kernel import abi
-from otel_ebpf.protocols.base import ConnInfo, Frame, NeutralSpan, Role
+from otel_ebpf.protocols.base import ConnInfo, Direction, Frame, NeutralSpan, Role
 from otel_ebpf.protocols.registry import Registry
 from otel_ebpf.telemetry import Stats
 
 from .connection import Connection
 
 Key = tuple[int, int, int]
+LAST_READ_THREADS = 16384
+
+
+class LastRead(NamedTuple):
+    """A read syscall: the connection, the stream positions it moved, when it returned."""
+
+    key: Key
+    pos: int
+    end: int
+    ns: int
 
 
 def conn_info(ev: abi.ConnOpen) -> ConnInfo:
@@ -47,6 +58,9 @@ class ConnTable:
         self.evicted_spans: list[NeutralSpan] = []
         # frames completed during handle(), in event order, for correlate/
         self.frames: list[tuple[ConnInfo, Frame]] = []
+        # asyncio tasks born during handle(), each with the last read its thread made
+        self.task_births: list[tuple[abi.TaskNew, LastRead | None]] = []
+        self.last_read: OrderedDict[int, LastRead] = OrderedDict()  # by thread id
 
     def __len__(self) -> int:
         return len(self.conns)
@@ -64,8 +78,13 @@ class ConnTable:
                     self.conns.move_to_end(ev.key)
                 stats.add("bytes", len(ev.payload))
                 conn.on_data(ev.direction, ev.pos, ev.msg_len, ev.payload, ev.enter_ns,
-                             ev.exit_ns, ev.tcp_seq, self.registry, stats, tid=ev.tid)
+                             ev.exit_ns, ev.tcp_seq, self.registry, stats, tid=ev.tid,
+                             task=ev.task)
                 self.touched.add(ev.key)
+                if ev.direction is Direction.INGRESS:
+                    self._note_read(ev)
+            elif type(ev) is abi.TaskNew:
+                self.task_births.append((ev, self.last_read.get(ev.tid)))
             elif type(ev) is abi.ConnOpen:
                 if ev.key in self.conns:
                     continue
@@ -86,6 +105,13 @@ class ConnTable:
             spans += self.evicted_spans
             self.evicted_spans = []
         return spans
+
+    def _note_read(self, ev: abi.DataEvent) -> None:
+        """What a thread read last: a loop callback creating a task works on that read."""
+        self.last_read[ev.tid] = LastRead(ev.key, ev.pos, ev.pos + ev.msg_len, ev.exit_ns)
+        self.last_read.move_to_end(ev.tid)
+        if len(self.last_read) > LAST_READ_THREADS:
+            self.last_read.popitem(last=False)
 
     def _anonymous(self, ev: abi.DataEvent) -> Connection:
         pid, fd, gen = ev.key

@@ -7,6 +7,9 @@ Evidence, strongest first (the span attribute `otel_ebpf.correlation` names it):
                 of the request's first byte, so request n pairs with request n
   thread        an outbound request written by the thread that read the one server
                 request it is handling (sync servers, thread-per-request)
+  task          an outbound request written by the asyncio task that was created for one
+                server request (the task born in the loop callback that read that
+                request's first bytes, or a task that task created)
   sole_request  the only server request open in the process when the call was made
   derived       the other end is not seen here: IDs computed from the 4-tuple and sequence
                 number, which an agent on the other host computes the same way
@@ -20,12 +23,16 @@ import time
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 
+from otel_ebpf.conntrack.table import LastRead as TaskRead
 from otel_ebpf.correlate.ids import random_id
+from otel_ebpf.kernel.abi import TaskNew
 from otel_ebpf.protocols.base import ConnInfo, Direction, Frame, NeutralSpan, Role, SpanLink
 from otel_ebpf.telemetry import Stats
 
 ATTRIBUTE = "otel_ebpf.correlation"
 MAX_DEPTH = 64  # parent chains longer than this are cut (a cycle can never hang us)
+# A loop callback creates a request's task right after the read that brought its head in.
+TASK_AFTER_READ_NS = 10_000_000  # generous: a loaded loop thread may be preempted
 # A client request waits this long for its server end to read it: a server with a queue
 # (gunicorn's backlog) may read a request seconds after it was written.
 CLIENT_RETENTION_NS = 120 * 10**9
@@ -39,8 +46,10 @@ class Request:
 
     span_id: bytes
     conn_key: tuple[int, int, int]
+    stream_pos: int
     pid: int
     tid: int
+    task: int
     role: Role
     start_ns: int  # first byte
     ready_ns: int  # last byte: a server request is being handled from here...
@@ -115,6 +124,8 @@ class Correlator:
         self.waiting: OrderedDict[WireKey, Request] = OrderedDict()  # servers awaiting client
         self.open: defaultdict[int, list[Request]] = defaultdict(list)  # server requests by pid
         self.first_by_id: OrderedDict[tuple[str, str], Request] = OrderedDict()
+        # asyncio task (pid, address) -> the read whose loop callback created it
+        self.task_reads: OrderedDict[tuple[int, int], TaskRead] = OrderedDict()
         self.held: list[tuple[NeutralSpan, Request]] = []
 
     # ---- requests, as they are made --------------------------------------------------
@@ -131,8 +142,8 @@ class Correlator:
                     self._server_answers(conn, frame)
                 continue
             req = Request(
-                span_id=random_id(8), conn_key=conn.key, pid=conn.pid, tid=frame.tid,
-                role=conn.role,
+                span_id=random_id(8), conn_key=conn.key, stream_pos=frame.stream_pos,
+                pid=conn.pid, tid=frame.tid, task=frame.task, role=conn.role,
                 start_ns=frame.start_ns, ready_ns=frame.end_ns, seen_ns=now_ns,
                 wire_key=wire_key(conn, frame), carrier=frame.carrier,
             )
@@ -152,6 +163,32 @@ class Correlator:
             _, old = self.requests.popitem(last=False)
             self._close_server(old)
             self.stats.add("correlation.evicted")
+
+    def on_tasks(self, births: list[tuple[TaskNew, TaskRead | None]]) -> None:
+        """asyncio tasks as they are born. One created by a running task serves what that
+        task serves; one created by a loop callback serves the request whose first bytes
+        the thread had just read (uvicorn and aiohttp create a task per request there)."""
+        for birth, read in births:
+            key = (birth.pid, birth.task)
+            self.task_reads.pop(key, None)  # an address reused by a new task
+            origin = self.task_reads.get((birth.pid, birth.parent)) if birth.parent else None
+            if origin is None and not birth.parent and read is not None \
+                    and 0 <= birth.ts_ns - read.ns <= TASK_AFTER_READ_NS:
+                origin = read
+            if origin is not None:
+                self.task_reads[key] = origin
+                while len(self.task_reads) > self.max_requests:
+                    self.task_reads.popitem(last=False)
+
+    def _request_of_task(self, req: Request) -> Request | None:
+        """The server request the task that wrote `req` serves: exactly one request must
+        have begun in the read its task was born from."""
+        read = self.task_reads.get((req.pid, req.task))
+        if read is None:
+            return None
+        began = [s for s in self.open.get(req.pid, ())
+                 if s.conn_key == read.key and read.pos <= s.stream_pos < read.end]
+        return began[0] if len(began) == 1 else None
 
     def _server_request(self, req: Request) -> None:
         self.open[req.pid].append(req)
@@ -186,6 +223,9 @@ class Correlator:
 
     def _parent_in_process(self, req: Request) -> None:
         """The server request this outbound call is made for, when the evidence says so."""
+        if req.task and (owner := self._request_of_task(req)) is not None:
+            req.parent, req.evidence = owner, "task"
+            return
         candidates = [s for s in self.open.get(req.pid, ())
                       if s.ready_ns <= req.start_ns < s.done_ns]
         if not candidates:

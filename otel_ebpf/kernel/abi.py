@@ -18,7 +18,7 @@ MAX_CAPTURE = 65536
 MAX_TARGETS = 1024
 COMM_LEN = 16
 
-EV_CONN_OPEN, EV_CONN_CLOSE, EV_DATA, EV_PROC_EXIT = 1, 2, 3, 4
+EV_CONN_OPEN, EV_CONN_CLOSE, EV_DATA, EV_PROC_EXIT, EV_TASK_NEW = 1, 2, 3, 4, 5
 
 CONN_F_STREAM, CONN_F_UNIX, CONN_F_TCP, CONN_F_PREEXISTING = 1, 2, 4, 8
 DATA_F_TRUNCATED, DATA_F_HAS_PEER = 1, 2
@@ -39,7 +39,8 @@ KEY = struct.Struct("<IiQ")  # pid, fd, gen
 ADDR = struct.Struct("<16sHH4x")  # bytes, port, family
 CONN_OPEN = struct.Struct("<B3xIQ" + "IiQ" + "16sHH4x" * 2 + "II16s")
 CONN_CLOSE = struct.Struct("<B3xIQ" + "IiQ" + "QQ")
-DATA = struct.Struct("<B3xIQ" + "IiQ" + "QQIIIBBxx" + "16sHH4x")
+DATA = struct.Struct("<B3xIQ" + "IiQ" + "QQIIIBBxx" + "16sHH4x" + "Q")
+TASK_NEW = struct.Struct("<B3xIQ" + "I4xQQ")
 PROC_EXIT = struct.Struct("<B3xIQ" + "I4x")
 AGENT_CONFIG = struct.Struct("<8I")  # struct agent_config
 
@@ -91,10 +92,22 @@ class DataEvent:
     tcp_seq: int  # meaningful for TCP connections only
     payload: bytes
     peer: tuple[str, int] | None  # datagram source or destination
+    task: int = 0  # the asyncio task running on the thread (its object's address), or 0
 
     @property
     def truncated(self) -> bool:
         return len(self.payload) < self.msg_len
+
+
+@dataclass(frozen=True, slots=True)
+class TaskNew:
+    """An asyncio task was created on thread `tid`, by task `parent` (0: a loop callback)."""
+
+    pid: int
+    tid: int
+    ts_ns: int
+    task: int
+    parent: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +116,7 @@ class ProcessExit:
     ts_ns: int
 
 
-Event = ConnOpen | ConnClose | DataEvent | ProcessExit
+Event = ConnOpen | ConnClose | DataEvent | ProcessExit | TaskNew
 
 
 def _decode_open(buf: bytes) -> ConnOpen:
@@ -132,7 +145,7 @@ def _decode_close(buf: bytes) -> ConnClose:
 
 def _decode_data(buf: bytes) -> DataEvent:
     (_, tid, enter, pid, fd, gen, exit_ns, pos, msg_len, captured, seq, direction, flags,
-     praw, pport, pfam) = DATA.unpack_from(buf)
+     praw, pport, pfam, task) = DATA.unpack_from(buf)
     peer = (format_addr(praw, pfam), pport) if flags & DATA_F_HAS_PEER else None
     return DataEvent(
         key=(pid, fd, gen),
@@ -145,6 +158,7 @@ def _decode_data(buf: bytes) -> DataEvent:
         tcp_seq=seq,
         payload=bytes(buf[DATA.size : DATA.size + captured]),
         peer=peer,
+        task=task,
     )
 
 
@@ -153,11 +167,17 @@ def _decode_exit(buf: bytes) -> ProcessExit:
     return ProcessExit(pid=pid, ts_ns=ts)
 
 
+def _decode_task(buf: bytes) -> TaskNew:
+    _, tid, ts, pid, task, parent = TASK_NEW.unpack_from(buf)
+    return TaskNew(pid=pid, tid=tid, ts_ns=ts, task=task, parent=parent)
+
+
 _DECODERS = {
     EV_CONN_OPEN: (CONN_OPEN.size, _decode_open),
     EV_CONN_CLOSE: (CONN_CLOSE.size, _decode_close),
     EV_DATA: (DATA.size, _decode_data),
     EV_PROC_EXIT: (PROC_EXIT.size, _decode_exit),
+    EV_TASK_NEW: (TASK_NEW.size, _decode_task),
 }
 
 

@@ -172,9 +172,10 @@ class BPFObject:
         return f"loading {self.path.name} failed: {cause}\n  libbpf said (last lines):\n{tail}"
 
     def attach_all(self, skip: Callable[[str], bool] = lambda name: False) -> int:
-        """Attach every program by its section name (tracepoints, uprobes...)."""
+        """Attach every program whose section names its target (tracepoints...). Bare
+        `uprobe`/`uretprobe` sections name none: attach_uprobe() places them."""
         for prog, name, section in self.programs():
-            if skip(name):
+            if skip(name) or section in ("uprobe", "uretprobe"):
                 continue
             link = lib.bpf_program__attach(prog)
             if not link:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import abi
+from .asyncio_probes import AsyncioProbes
 from .libbpf import LibbpfLog, lib
 from .loader import BPFError, BPFObject, RingBuffer, check_btf, ensure_tracefs
 
@@ -57,6 +58,7 @@ class SocketTracer:
             self._select_targets(settings)
             self.programs = self.obj.attach_all()
             self.ring = RingBuffer([self.obj.map("events")])
+            self.asyncio = AsyncioProbes(self.obj)
         except BaseException:
             self.obj.close()
             raise

@@ -22,15 +22,17 @@ PROBE = r"""
 #define O(t, f) printf(#t "." #f " %zu\n", offsetof(struct t, f))
 int main(void) {
     S(event_header); S(conn_key); S(addr); S(conn_open_event); S(conn_close_event);
-    S(data_event); S(proc_exit_event); S(agent_config);
+    S(data_event); S(proc_exit_event); S(agent_config); S(task_event);
     O(conn_open_event, key); O(conn_open_event, local); O(conn_open_event, remote);
     O(conn_open_event, role); O(conn_open_event, comm);
     O(data_event, exit_ns); O(data_event, pos); O(data_event, msg_len);
     O(data_event, tcp_seq); O(data_event, direction); O(data_event, peer);
+    O(data_event, task); O(task_event, task); O(task_event, parent);
     O(conn_close_event, bytes_sent);
     printf("ABI_VERSION %d\nMAX_CAPTURE %d\nCOMM_LEN %d\nCNT_MAX %d\nMAX_TARGETS %d\n",
            ABI_VERSION, MAX_CAPTURE, COMM_LEN, CNT_MAX, MAX_TARGETS);
-    printf("EV %d %d %d %d\n", EV_CONN_OPEN, EV_CONN_CLOSE, EV_DATA, EV_PROC_EXIT);
+    printf("EV %d %d %d %d %d\n", EV_CONN_OPEN, EV_CONN_CLOSE, EV_DATA, EV_PROC_EXIT,
+           EV_TASK_NEW);
     printf("F %d %d %d %d %d %d\n", CONN_F_STREAM, CONN_F_UNIX, CONN_F_TCP,
            CONN_F_PREEXISTING, DATA_F_TRUNCATED, DATA_F_HAS_PEER);
     return 0;
@@ -60,6 +62,7 @@ def test_sizes(c_layout):
     assert int(c_layout["data_event"]) == abi.DATA.size
     assert int(c_layout["proc_exit_event"]) == abi.PROC_EXIT.size
     assert int(c_layout["agent_config"]) == abi.AGENT_CONFIG.size
+    assert int(c_layout["task_event"]) == abi.TASK_NEW.size
 
 
 def test_offsets(c_layout):
@@ -75,7 +78,10 @@ def test_offsets(c_layout):
     assert int(c_layout["data_event.msg_len"]) == h + k + 16
     assert int(c_layout["data_event.tcp_seq"]) == h + k + 24
     assert int(c_layout["data_event.direction"]) == h + k + 28
-    assert int(c_layout["data_event.peer"]) == abi.DATA.size - a
+    assert int(c_layout["data_event.peer"]) == abi.DATA.size - a - 8
+    assert int(c_layout["data_event.task"]) == abi.DATA.size - 8
+    assert int(c_layout["task_event.task"]) == h + 8
+    assert int(c_layout["task_event.parent"]) == h + 16
 
 
 def test_constants(c_layout):
@@ -85,7 +91,8 @@ def test_constants(c_layout):
     assert int(c_layout["CNT_MAX"]) == abi.CNT_MAX
     assert int(c_layout["MAX_TARGETS"]) == abi.MAX_TARGETS
     assert c_layout["EV"].split() == [str(v) for v in (abi.EV_CONN_OPEN, abi.EV_CONN_CLOSE,
-                                                       abi.EV_DATA, abi.EV_PROC_EXIT)]
+                                                       abi.EV_DATA, abi.EV_PROC_EXIT,
+                                                       abi.EV_TASK_NEW)]
     assert c_layout["F"].split() == [str(v) for v in (
         abi.CONN_F_STREAM, abi.CONN_F_UNIX, abi.CONN_F_TCP, abi.CONN_F_PREEXISTING,
         abi.DATA_F_TRUNCATED, abi.DATA_F_HAS_PEER)]
@@ -104,11 +111,11 @@ def test_decode_roundtrip():
 
     payload = b"GET / HTTP/1.1\r\n"
     data_rec = abi.DATA.pack(abi.EV_DATA, 44, 2000, *key, 2100, 10, 100, len(payload), 99, 0,
-                             abi.DATA_F_TRUNCATED, bytes(16), 0, 0) + payload
+                             abi.DATA_F_TRUNCATED, bytes(16), 0, 0, 0xABC) + payload
     ev = abi.decode(data_rec)
     assert isinstance(ev, abi.DataEvent)
     assert ev.payload == payload and ev.msg_len == 100 and ev.truncated and ev.pos == 10
-    assert ev.peer is None and ev.tcp_seq == 99
+    assert ev.peer is None and ev.tcp_seq == 99 and ev.task == 0xABC
 
 
 @pytest.mark.parametrize("record", [b"", b"\x09" + bytes(100), b"\x03" + bytes(10)])

@@ -65,9 +65,9 @@ def test_time_and_sequence_by_position():
     s = Stream()
     s.add(chunk(0, b"abcd", t=100, seq=4_294_967_294))
     s.add(chunk(4, b"efgh", t=200, seq=2))
-    assert s.time_of_first(2) == (100, 0, 0)  # sequence numbers wrap at 2**32
-    assert s.time_of_first(5) == (200, 3, 0)
+    assert s.time_of_first(2) == (100, 0, 0, 0)  # sequence numbers wrap at 2**32
+    assert s.time_of_first(5) == (200, 3, 0, 0)
     assert s.time_of_last(4) == 101 and s.time_of_last(8) == 201
     assert s.time_of_last(9) is None  # not arrived yet
     s.prune(4)
-    assert s.time_of_first(5) == (200, 3, 0)
+    assert s.time_of_first(5) == (200, 3, 0, 0)

@@ -190,3 +190,41 @@ def test_a_server_reading_late_still_finds_its_client():
     server = span(SERVER)
     assert c.on_spans([server], now_ns=5_001 * MS) == [server]
     assert server.attributes["otel_ebpf.correlation"] == "wire"
+
+
+def test_asyncio_task_born_for_a_request_makes_its_calls():
+    """Two requests open on one loop thread: each call is tied to the request whose read
+    its task was born from (or whose task created its task)."""
+    from otel_ebpf.conntrack.table import LastRead
+    from otel_ebpf.kernel.abi import TaskNew
+
+    c = Correlator(Stats())
+    births = [
+        (TaskNew(pid=2, tid=7, ts_ns=1_000, task=0xA, parent=0),
+         LastRead(SERVER.key, 0, 40, ns=900)),
+        (TaskNew(pid=2, tid=7, ts_ns=2_000, task=0xB, parent=0),
+         LastRead(SERVER_B.key, 0, 40, ns=1_900)),
+        (TaskNew(pid=2, tid=7, ts_ns=3_000, task=0xC, parent=0xB), None),  # B's child task
+    ]
+    c.on_tasks(births)
+    out_a = conn(2, 9, Role.CLIENT, 6000, 443)
+    out_b = conn(2, 10, Role.CLIENT, 6001, 443)
+    ca, cb = frame(Direction.EGRESS, 30, 31, 7, seq=2), frame(Direction.EGRESS, 32, 33, 7, seq=3)
+    ca.task, cb.task = 0xA, 0xC
+    c.on_frames([request(SERVER, 10, 20, tid=7, seq=1), request(SERVER_B, 12, 22, tid=7, seq=5),
+                 (out_b, cb), (out_a, ca)], now_ns=0)
+    server, server_b, a, b = span(SERVER), span(SERVER_B), span(out_a), span(out_b)
+    c.on_spans([a, b, server, server_b], now_ns=0)
+    c.flush()
+    assert a.parent_span_id == server.span_id and a.attributes["otel_ebpf.correlation"] == "task"
+    assert b.parent_span_id == server_b.span_id
+
+
+def test_task_born_long_after_the_read_is_not_bound():
+    from otel_ebpf.conntrack.table import LastRead
+    from otel_ebpf.kernel.abi import TaskNew
+
+    c = Correlator(Stats())
+    c.on_tasks([(TaskNew(pid=2, tid=7, ts_ns=10**9, task=0xA, parent=0),
+                 LastRead(SERVER.key, 0, 40, ns=0))])
+    assert not c.task_reads

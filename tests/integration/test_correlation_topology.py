@@ -1,0 +1,30 @@
+"""The correlation benchmark's topology, small, in CI: gateway (asyncio) -> rag (thread
+pool) -> embedder / vectordb / llm (SSE), gateway -> legacy (gunicorn sync). Parents must
+never be wrong; at concurrency 1 every one must be found."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.correlation.run import run_level
+
+from .conftest import require_kernel
+
+pytestmark = pytest.mark.kernel
+
+
+@pytest.mark.parametrize("concurrency", [1, 8])
+def test_parents_against_ground_truth(tmp_path, concurrency):
+    require_kernel()
+    result = run_level(concurrency, requests=24, workdir=tmp_path, deadline_s=60,
+                       legacy_every=3)
+    assert result.agent_exit == 0
+    assert result.load["ok"] == result.load["sent"] == 24
+    report = result.report
+    total = report.total
+    assert total.set > 0 and total.right == total.set, "a parent was wrong"
+    assert report.rows["cross-process"].found == report.rows["cross-process"].edges
+    assert report.rows["thread"].found == report.rows["thread"].edges
+    if concurrency == 1:
+        assert total.found == total.edges, {k: (r.found, r.edges) for k, r in report.rows.items()}
+        assert report.traces_right == report.traces
