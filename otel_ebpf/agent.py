@@ -131,10 +131,8 @@ class Agent:
         """Events -> spans with their IDs: requests are correlated as they are made,
         before the spans of the batch (which may be their parents) are decided."""
         spans = self.table.handle(events)
-        self.correlator.on_tasks(self.table.task_births)
-        self.table.task_births.clear()
-        self.correlator.on_frames(self.table.frames)
-        self.table.frames.clear()
+        self.correlator.observe(self.table.observed)
+        self.table.observed.clear()
         return self.correlator.on_spans(spans)
 
     def _new_processes(self, events: list) -> None:

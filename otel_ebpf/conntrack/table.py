@@ -56,10 +56,10 @@ class ConnTable:
         self.by_pid: defaultdict[int, set[Key]] = defaultdict(set)
         self.touched: set[Key] = set()
         self.evicted_spans: list[NeutralSpan] = []
-        # frames completed during handle(), in event order, for correlate/
-        self.frames: list[tuple[ConnInfo, Frame]] = []
-        # asyncio tasks born during handle(), each with the last read its thread made
-        self.task_births: list[tuple[abi.TaskNew, LastRead | None]] = []
+        # for correlate/, in event order: frames as they complete, and asyncio tasks as they
+        # are born (with the last read their thread made). One list: a task's address is
+        # reused once it dies, so a birth must not be seen before an earlier frame.
+        self.observed: list[tuple[ConnInfo, Frame] | tuple[abi.TaskNew, LastRead | None]] = []
         self.last_read: OrderedDict[int, LastRead] = OrderedDict()  # by thread id
 
     def __len__(self) -> int:
@@ -84,12 +84,12 @@ class ConnTable:
                 if ev.direction is Direction.INGRESS:
                     self._note_read(ev)
             elif type(ev) is abi.TaskNew:
-                self.task_births.append((ev, self.last_read.get(ev.tid)))
+                self.observed.append((ev, self.last_read.get(ev.tid)))
             elif type(ev) is abi.ConnOpen:
                 if ev.key in self.conns:
                     continue
                 self._open(Connection(conn_info(ev), tcp=bool(ev.flags & abi.CONN_F_TCP),
-                                      frames_out=self.frames))
+                                      frames_out=self.observed))
             elif type(ev) is abi.ConnClose:
                 spans += self._close(ev.key)
             elif type(ev) is abi.ProcessExit:
@@ -117,7 +117,7 @@ class ConnTable:
         pid, fd, gen = ev.key
         info = ConnInfo(pid=pid, fd=fd, generation=gen, role=Role.UNKNOWN,
                         transport="datagram" if ev.peer else "stream", family="ipv4")
-        return Connection(info, tcp=ev.peer is None, frames_out=self.frames)
+        return Connection(info, tcp=ev.peer is None, frames_out=self.observed)
 
     def _open(self, conn: Connection) -> Connection:
         key = conn.info.key

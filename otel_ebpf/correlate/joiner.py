@@ -130,6 +130,16 @@ class Correlator:
 
     # ---- requests, as they are made --------------------------------------------------
 
+    def observe(self, observed: list, now_ns: int | None = None) -> None:
+        """Frames as they completed and asyncio task births, in event order (a dead task's
+        address is reused: order keeps each birth after the frames its predecessor wrote)."""
+        now_ns = _now() if now_ns is None else now_ns
+        for first, second in observed:
+            if type(first) is TaskNew:
+                self.on_tasks([(first, second)])
+            else:
+                self.on_frames([(first, second)], now_ns)
+
     def on_frames(self, frames: list[tuple[ConnInfo, Frame]], now_ns: int | None = None
                   ) -> None:
         """Frames in the order they completed. Requests get their IDs here; a server's

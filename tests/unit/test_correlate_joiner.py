@@ -228,3 +228,27 @@ def test_task_born_long_after_the_read_is_not_bound():
     c.on_tasks([(TaskNew(pid=2, tid=7, ts_ns=10**9, task=0xA, parent=0),
                  LastRead(SERVER.key, 0, 40, ns=0))])
     assert not c.task_reads
+
+
+def test_a_reused_task_address_does_not_rebind_earlier_calls():
+    """Task A dies and a new task is born at its address: calls A wrote before that birth
+    keep A's request (births and frames are observed in event order)."""
+    from otel_ebpf.conntrack.table import LastRead
+    from otel_ebpf.kernel.abi import TaskNew
+
+    c = Correlator(Stats())
+    out = conn(2, 9, Role.CLIENT, 6000, 443)
+    call = frame(Direction.EGRESS, 30, 31, 7, seq=2)
+    call.task = 0xA
+    c.observe([
+        (TaskNew(pid=2, tid=7, ts_ns=1_000, task=0xA, parent=0), LastRead(SERVER.key, 0, 40, 900)),
+        request(SERVER, 10, 20, tid=7, seq=1),
+        request(SERVER_B, 12, 22, tid=7, seq=5),
+        (out, call),
+        (TaskNew(pid=2, tid=7, ts_ns=2_000, task=0xA, parent=0),
+         LastRead(SERVER_B.key, 0, 40, 1_900)),
+    ], now_ns=0)
+    server, call_span = span(SERVER), span(out)
+    c.on_spans([call_span, server], now_ns=0)
+    c.flush()
+    assert call_span.parent_span_id == server.span_id
