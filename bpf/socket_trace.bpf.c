@@ -118,6 +118,23 @@ struct {
 	__type(value, __u64);
 } cur_task SEC(".maps");
 
+/* The contextvars.Context each thread runs (uprobes on CPython's context_run), and the
+ * asyncio task a Context was first run in: a thread pool worker running a Context copied
+ * by a task (anyio's to_thread, Starlette's run_in_threadpool) works for that task. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u64);
+} cur_ctx SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, __u64);
+} ctx_task SEC(".maps");
+
 /* Processes with a traced connection: only theirs are worth task events. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -125,6 +142,19 @@ struct {
 	__type(key, __u32);
 	__type(value, __u8);
 } traced_pids SEC(".maps");
+
+/* The asyncio task a thread works for: the one it runs, or the one whose Context it runs. */
+static __always_inline __u64 task_of_thread(__u32 tid)
+{
+	__u64 *task = bpf_map_lookup_elem(&cur_task, &tid);
+	if (task)
+		return *task;
+	__u64 *ctx = bpf_map_lookup_elem(&cur_ctx, &tid);
+	if (!ctx)
+		return 0;
+	task = bpf_map_lookup_elem(&ctx_task, ctx);
+	return task ? *task : 0;
+}
 
 static __always_inline void count(__u32 idx, __u64 n)
 {
@@ -466,9 +496,7 @@ static __always_inline void emit_data(struct conn_state *st, struct syscall_args
 	ev->msg_len = len;
 	ev->flags = 0;
 	ev->tcp_seq = tcp_seq;
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	__u64 *task = bpf_map_lookup_elem(&cur_task, &tid);
-	ev->task = task ? *task : 0;
+	ev->task = task_of_thread((__u32)bpf_get_current_pid_tgid());
 	if (peer) {
 		ev->peer = *peer;
 		ev->flags |= peer->family ? DATA_F_HAS_PEER : 0;
@@ -723,5 +751,37 @@ int BPF_KPROBE(task_init, void *self)
 	ev->task = (__u64)self;
 	ev->parent = running ? *running : 0;
 	bpf_ringbuf_submit(ev, wakeup_flags());
+	return 0;
+}
+
+/* context_run(PyContext *self, ...): Context.run() entry and return. A Context first run
+ * inside a task step (anyio copies the task's context, then runs it once on the loop) is
+ * bound to that task; where another thread later runs it, it works for that task. */
+SEC("uprobe")
+int BPF_KPROBE(context_run_enter, void *self)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u64 context = (__u64)self;
+	bpf_map_update_elem(&cur_ctx, &tid, &context, BPF_ANY);
+	__u64 *task = bpf_map_lookup_elem(&cur_task, &tid);
+	if (task)
+		bpf_map_update_elem(&ctx_task, &context, task, BPF_NOEXIST);
+	return 0;
+}
+
+SEC("uretprobe")
+int context_run_exit(struct pt_regs *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	bpf_map_delete_elem(&cur_ctx, &tid);
+	return 0;
+}
+
+/* context_tp_dealloc(PyContext *self): its address may come back as another Context. */
+SEC("uprobe")
+int BPF_KPROBE(context_dealloc, void *self)
+{
+	__u64 context = (__u64)self;
+	bpf_map_delete_elem(&ctx_task, &context);
 	return 0;
 }
