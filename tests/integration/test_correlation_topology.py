@@ -30,6 +30,16 @@ def test_parents_against_ground_truth(tmp_path, concurrency):
     if concurrency == 1:
         assert total.found == total.edges, found
         assert report.traces_right == report.traces
-    for shape in ("asyncio", "threadpool"):  # task and Context evidence (CPython uprobes)
-        row = report.rows[shape]
-        assert row.found >= 0.9 * row.edges, found
+    if interpreter_has_symbols():  # task and Context evidence (CPython uprobes)
+        for shape in ("asyncio", "threadpool"):
+            row = report.rows[shape]
+            assert row.found >= 0.9 * row.edges, found
+
+
+def interpreter_has_symbols() -> bool:
+    """The services run on this interpreter: a stripped build gives no task evidence."""
+    import _asyncio
+
+    from otel_ebpf.kernel.asyncio_probes import TASK_INIT, TASK_STEP, file_offsets
+
+    return len(file_offsets(_asyncio.__file__, (TASK_STEP, TASK_INIT))) == 2
