@@ -112,53 +112,57 @@ class AsyncioProbes:
                     new += self._attach_interpreter(path)
         return new
 
-    def _attach_interpreter(self, path: str) -> int:
-        try:
-            offsets = file_offsets(path, (CONTEXT_RUN, CONTEXT_DEALLOC))
-        except (OSError, ValueError):
-            offsets = {}
-        if len(offsets) < 2:
-            log.info("contexts in %s not covered (no symbols): thread pool work is "
-                     "correlated without them", path)
-            self.uncovered.add(path)
-            return 0
-        try:
-            self.obj.attach_uprobe("context_run_enter", path, offsets[CONTEXT_RUN])
-            self.obj.attach_uprobe("context_run_exit", path, offsets[CONTEXT_RUN], retprobe=True)
-            self.obj.attach_uprobe("context_dealloc", path, offsets[CONTEXT_DEALLOC])
-        except BPFError as exc:
-            log.warning("context probes on %s failed: %s", path, exc)
-            self.uncovered.add(path)
-            return 0
-        self.interpreters.add(path)
-        log.info("context probes attached to %s", path)
-        return 1
-
     def scan_all(self, proc_root: str = "/proc") -> int:
         return self.scan([p.name for p in Path(proc_root).iterdir() if p.name.isdigit()])
 
     def _attach(self, path: str, minor: int) -> int:
-        try:
-            offsets = file_offsets(path, (TASK_STEP, TASK_INIT))
-        except (OSError, ValueError) as exc:
-            log.info("asyncio tasks in %s not covered: %s", path, exc)
-            self.uncovered.add(path)
-            return 0
-        if len(offsets) < 2 or minor < 11:
-            log.info("asyncio tasks in %s not covered (no symbols for %s): its calls are "
-                     "correlated without task evidence", path, ", ".join(
-                         n for n in (TASK_STEP, TASK_INIT) if n not in offsets) or "3.<11")
+        """The task probes on an _asyncio library (3.11 passes the task first, 3.12+ after
+        the module state)."""
+        if minor < 11:
+            log.info("asyncio tasks in %s not covered: CPython 3.%d is older than 3.11",
+                     path, minor)
             self.uncovered.add(path)
             return 0
         step = "task_step_enter_arg0" if minor == 11 else "task_step_enter_arg1"
-        try:
-            self.obj.attach_uprobe(step, path, offsets[TASK_STEP])
-            self.obj.attach_uprobe("task_step_exit", path, offsets[TASK_STEP], retprobe=True)
-            self.obj.attach_uprobe("task_init", path, offsets[TASK_INIT])
-        except BPFError as exc:
-            log.warning("asyncio task probes on %s failed: %s", path, exc)
-            self.uncovered.add(path)
+        offsets = self._probe(path, "asyncio tasks", [
+            (step, TASK_STEP, False), ("task_step_exit", TASK_STEP, True),
+            ("task_init", TASK_INIT, False)])
+        if offsets is None:
             return 0
         self.attached[path] = AsyncioLibrary(path, minor, offsets[TASK_STEP], offsets[TASK_INIT])
-        log.info("asyncio task probes attached to %s", path)
         return 1
+
+    def _attach_interpreter(self, path: str) -> int:
+        offsets = self._probe(path, "contexts", [
+            ("context_run_enter", CONTEXT_RUN, False), ("context_run_exit", CONTEXT_RUN, True),
+            ("context_dealloc", CONTEXT_DEALLOC, False)])
+        if offsets is None:
+            return 0
+        self.interpreters.add(path)
+        return 1
+
+    def _probe(self, path: str, what: str, probes: list[tuple[str, str, bool]]
+               ) -> dict[str, int] | None:
+        """Attach (program, symbol, retprobe) probes on `path`; None, logged, when the
+        symbols are missing (a stripped build) or attaching fails."""
+        symbols = tuple({symbol for _, symbol, _ in probes})
+        try:
+            offsets = file_offsets(path, symbols)
+        except (OSError, ValueError) as exc:
+            offsets, why = {}, str(exc)
+        else:
+            why = "no symbol " + ", ".join(s for s in symbols if s not in offsets)
+        if len(offsets) < len(symbols):
+            log.info("%s in %s not covered (%s): correlated without that evidence",
+                     what, path, why)
+            self.uncovered.add(path)
+            return None
+        try:
+            for program, symbol, retprobe in probes:
+                self.obj.attach_uprobe(program, path, offsets[symbol], retprobe=retprobe)
+        except BPFError as exc:
+            log.warning("%s probes on %s failed: %s", what, path, exc)
+            self.uncovered.add(path)
+            return None
+        log.info("%s probes attached to %s", what, path)
+        return offsets
