@@ -445,15 +445,17 @@ static __always_inline void read_sockaddr(__u64 uaddr, struct addr *out)
 	}
 }
 
-/* Copy up to `cap` bytes gathered from an iovec array into the scratch payload. */
-static __always_inline __u32 copy_iov(struct scratch *s, __u64 iov_ptr, __u32 iovcnt, __u32 cap)
+/* Copy up to `cap` bytes gathered from an iovec array into the scratch payload, walking at
+ * most `max_iov` entries (a constant per call site: the verifier walks every iteration). */
+static __always_inline __u32 copy_iov(struct scratch *s, __u64 iov_ptr, __u32 iovcnt, __u32 cap,
+				      const __u32 max_iov)
 {
 	__u32 off = 0;
-	if (iovcnt > MAX_IOV) {
+	if (iovcnt > max_iov) {
 		count(CNT_IOV_LIMIT, 1);
-		iovcnt = MAX_IOV;
+		iovcnt = max_iov;
 	}
-	for (__u32 i = 0; i < MAX_IOV; i++) {
+	for (__u32 i = 0; i < max_iov; i++) {
 		if (i >= iovcnt || off >= cap)
 			break;
 		struct iovec iov = {};
@@ -477,7 +479,7 @@ static __always_inline __u32 copy_iov(struct scratch *s, __u64 iov_ptr, __u32 io
  * buffer (buf) or an iovec array (iov, iovcnt). */
 static __always_inline void emit_data(struct conn_state *st, struct syscall_args *a, __u8 dir,
 				      __u64 len, __u64 buf, __u64 iov, __u32 iovcnt,
-				      struct addr *peer, __u32 tcp_seq)
+				      struct addr *peer, __u32 tcp_seq, const __u32 max_iov)
 {
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &cpu);
@@ -509,7 +511,7 @@ static __always_inline void emit_data(struct conn_state *st, struct syscall_args
 
 	__u32 got;
 	if (iov) {
-		got = copy_iov(s, iov, iovcnt, cap);
+		got = copy_iov(s, iov, iovcnt, cap, max_iov);
 	} else {
 		got = cap;
 		if (bpf_probe_read_user(s->payload, cap, (void *)buf))
@@ -578,14 +580,14 @@ static __always_inline int on_exit(struct trace_event_raw_sys_exit *ctx, __u8 di
 
 	switch (a.kind) {
 	case ARG_BUF:
-		emit_data(st, &a, dir, ret, a.ptr, 0, 0, datagram ? &peer : NULL, seq);
+		emit_data(st, &a, dir, ret, a.ptr, 0, 0, datagram ? &peer : NULL, seq, 0);
 		break;
 	case ARG_IOV:
-		emit_data(st, &a, dir, ret, 0, a.ptr, a.count, NULL, seq);
+		emit_data(st, &a, dir, ret, 0, a.ptr, a.count, NULL, seq, MAX_IOV);
 		break;
 	case ARG_MSG:
 		emit_data(st, &a, dir, ret, 0, (__u64)msg.msg_iov, msg.msg_iovlen,
-			  datagram ? &peer : NULL, seq);
+			  datagram ? &peer : NULL, seq, MAX_IOV);
 		break;
 	case ARG_MMSG: {
 		/* One event per datagram: ret is the number of messages moved. */
@@ -604,7 +606,7 @@ static __always_inline int on_exit(struct trace_event_raw_sys_exit *ctx, __u8 di
 			struct addr p = {};
 			read_sockaddr((__u64)mm.msg_hdr.msg_name, &p);
 			emit_data(st, &a, dir, mm.msg_len, 0, (__u64)mm.msg_hdr.msg_iov,
-				  mm.msg_hdr.msg_iovlen, &p, 0);
+				  mm.msg_hdr.msg_iovlen, &p, 0, MAX_MMSG_IOV);
 		}
 		return 0;
 	}

@@ -66,8 +66,9 @@ class Agent:
         self._stop = threading.Event()
         r = cfg.receiver
         # every parser learns which headers correlate/ links spans by
-        options = {name: {"correlation_headers": list(r.correlation_headers), **opts}
-                   for name, opts in r.protocol_options.items()}
+        options = {name: {"correlation_headers": list(r.correlation_headers),
+                          **r.protocol_options.get(name, {})}
+                   for name in r.protocols_enabled}
         self.registry = Registry.from_config(r.protocols_enabled, options)
         self.correlator = Correlator(self.stats, int(r.correlation_window_s * 1e9),
                                      r.correlation_headers, max_requests=r.max_connections * 4)

@@ -503,7 +503,8 @@ _RECEIVER = _Map(
         "protocols": _Map(
             {
                 "enabled": _List(
-                    _Str(expected="a protocol name"), "a list of protocol names", ("http1",)
+                    _Str(expected="a protocol name"), "a list of protocol names",
+                    ("http1", "http2"),
                 ),
                 "http1": _Map(
                     {

@@ -97,6 +97,9 @@ class Frame:
     tcp_seq: int | None = None  # TCP sequence number of the first byte, when known
     tid: int = 0  # thread that moved the first byte
     task: int = 0  # asyncio task that moved the first byte (its address), or 0
+    # which request/response exchange of a multiplexed connection this frame belongs to
+    # (an HTTP/2 stream id); -1 where exchanges follow each other in order (HTTP/1)
+    exchange: int = -1
     size: int = 0  # bytes on the wire, head and body, including bytes not captured
     # trace context the message carried (traceparent, tracestate, x-request-id...), by
     # lower-case name: what correlate/ joins traces with. Set by the parser.

@@ -8,8 +8,9 @@
 #define MAX_CAPTURE 65536 /* largest payload prefix captured per message (power of two) */
 #define MAX_TARGETS 1024  /* entries in each target-selection map */
 #define COMM_LEN 16
-#define MAX_IOV 16        /* iovec entries walked per readv/writev/sendmsg/recvmsg */
+#define MAX_IOV 64        /* iovec entries walked per readv/writev/sendmsg/recvmsg (grpc writes 20+) */
 #define MAX_MMSG 8        /* messages walked per sendmmsg/recvmmsg */
+#define MAX_MMSG_IOV 4    /* iovec entries walked per sendmmsg/recvmmsg message (datagrams) */
 
 enum event_type {
 	EV_CONN_OPEN = 1,

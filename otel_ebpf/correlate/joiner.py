@@ -50,6 +50,7 @@ class Request:
     pid: int
     tid: int
     task: int
+    exchange: int
     role: Role
     start_ns: int  # first byte
     ready_ns: int  # last byte: a server request is being handled from here...
@@ -153,7 +154,8 @@ class Correlator:
                 continue
             req = Request(
                 span_id=random_id(8), conn_key=conn.key, stream_pos=frame.stream_pos,
-                pid=conn.pid, tid=frame.tid, task=frame.task, role=conn.role,
+                pid=conn.pid, tid=frame.tid, task=frame.task, exchange=frame.exchange,
+                role=conn.role,
                 start_ns=frame.start_ns, ready_ns=frame.end_ns, seen_ns=now_ns,
                 wire_key=wire_key(conn, frame), carrier=frame.carrier,
             )
@@ -213,8 +215,11 @@ class Correlator:
             self.waiting[key] = req
 
     def _server_answers(self, conn: ConnInfo, frame: Frame) -> None:
+        """The response's first byte ends its request's handling: the oldest unanswered
+        request of the connection, or on a multiplexed one, the same exchange's."""
         for req in self.open.get(conn.pid, ()):
-            if req.conn_key == conn.key and req.done_ns == 2**63:
+            if req.conn_key == conn.key and req.done_ns == 2**63 \
+                    and (frame.exchange < 0 or req.exchange == frame.exchange):
                 req.done_ns = frame.start_ns
                 return
 

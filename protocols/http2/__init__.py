@@ -1,0 +1,73 @@
+"""HTTP/2 and gRPC (h2c, prior knowledge): the `http2` protocol parser, one front door over
+frames, header blocks, parse, stitch and spans."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..base import (
+    ConnInfo,
+    Direction,
+    Frame,
+    NeutralSpan,
+    ParseResult,
+    ProtocolParser,
+    Record,
+    Role,
+)
+from ..http1 import _flag
+from ..http1.parse import CONTEXT_HEADERS
+from . import parse as _parse
+from .parse import MAX_STREAMS, H2Message, H2Request, H2Response, HTTP2State
+from .spans import to_spans
+from .stitch import H2Record, stitch
+
+__all__ = ["H2Message", "H2Record", "H2Request", "H2Response", "HTTP2Parser", "HTTP2State"]
+
+
+class HTTP2Parser(ProtocolParser):
+    """Options: response_timeout_s (float, 30: a request with no answer begun by then
+    ends as a timeout; answers under way may stream for longer), capture_headers (bool,
+    False: headers and gRPC metadata as span attributes, secrets never), max_streams
+    (open streams tracked per connection, 1024), correlation_headers (header names whose
+    values link spans, default [x-request-id])."""
+
+    name = "http2"
+    transport = "stream"
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(options)
+        timeout = float(self.options.get("response_timeout_s", 30.0))
+        if not timeout > 0:
+            raise ValueError(f"http2: response_timeout_s must be > 0, got {timeout}")
+        self.response_timeout_ns = int(timeout * 1e9)
+        self.capture_headers = _flag(self.options.get("capture_headers", False))
+        self.max_streams = int(self.options.get("max_streams", MAX_STREAMS))
+        if self.max_streams < 1:
+            raise ValueError(f"http2: max_streams must be >= 1, got {self.max_streams}")
+        extra = self.options.get("correlation_headers", ["x-request-id"])
+        self.carrier_names = CONTEXT_HEADERS | {str(h).lower() for h in extra}
+
+    def infer(self, direction: Direction, head: bytes, conn: ConnInfo) -> Role | None:
+        return _parse.infer(direction, head, conn)
+
+    def new_state(self, conn: ConnInfo) -> HTTP2State:
+        return HTTP2State(conn, self.carrier_names, self.capture_headers, self.max_streams)
+
+    def parse(
+        self, direction: Direction, buf: memoryview, state: HTTP2State
+    ) -> tuple[ParseResult, Frame | None, int]:
+        return _parse.parse(direction, buf, state)
+
+    def resync(self, direction: Direction, buf: memoryview, state: HTTP2State) -> int | None:
+        return _parse.resync(direction, buf, state)
+
+    def finish(self, direction: Direction, state: HTTP2State) -> Frame | None:
+        return _parse.finish(direction, state)
+
+    def stitch(self, state: HTTP2State, now_ns: int) -> list[Record]:
+        return stitch(state, now_ns, self.response_timeout_ns)
+
+    def to_spans(self, record: H2Record, conn: ConnInfo) -> list[NeutralSpan]:
+        return to_spans(record, conn, self.capture_headers)
