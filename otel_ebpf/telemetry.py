@@ -17,6 +17,8 @@ COUNTERS: dict[str, tuple[str, str]] = {
     "connections.tracked": ("{connection}", "Connections opened in the connection table"),
     "connections.evicted": ("{connection}", "Connections evicted because the table was full"),
     "connections.unparsed": ("{connection}", "Connections no parser recognized"),
+    "protocol.events": ("{event}", "Conditions parsers counted, by protocol and event "
+                        "(http2 unknown_headers: HPACK entries from before capture began)"),
     "records.timed_out": ("{record}", "Requests closed without a response after the timeout"),
     "correlation.decided": ("{span}", "Spans whose trace and parent were decided, by evidence"),
     "correlation.ambiguous": ("{span}", "Outbound calls left a root: several requests could be the parent"),

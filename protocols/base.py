@@ -219,3 +219,9 @@ class ProtocolParser(ABC):
 
     @abstractmethod
     def to_spans(self, record: Record, conn: ConnInfo) -> list[NeutralSpan]: ...
+
+    def counters(self, state: ParserState) -> Mapping[str, int]:
+        """Conditions this connection's state counted that operators should see (headers
+        HPACK could not resolve, responses without a request...). The tracker adds them to
+        the agent's `otel_ebpf.protocol.events{protocol, event}` when the connection ends."""
+        return {}

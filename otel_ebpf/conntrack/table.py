@@ -125,7 +125,7 @@ class ConnTable:
             old_key, old = self.conns.popitem(last=False)
             self.by_pid[old_key[0]].discard(old_key)
             self.stats.add("connections.evicted")
-            self.evicted_spans += old.close()
+            self.evicted_spans += self._finish(old)
         self.conns[key] = conn
         self.by_pid[key[0]].add(key)
         self.stats.add("connections.tracked")
@@ -140,7 +140,15 @@ class ConnTable:
             keys.discard(key)
             if not keys:
                 del self.by_pid[key[0]]
-        return conn.close()
+        return self._finish(conn)
+
+    def _finish(self, conn: Connection) -> list[NeutralSpan]:
+        spans = conn.close()
+        if conn.parser is not None and conn.state is not None:
+            for event, n in conn.parser.counters(conn.state).items():
+                if n:
+                    self.stats.add("protocol.events", n, protocol=conn.parser.name, event=event)
+        return spans
 
     def sweep(self, now_ns: int) -> list[NeutralSpan]:
         """Expire requests past their timeout and connections idle too long."""

@@ -63,6 +63,9 @@ class HTTP1Parser(ProtocolParser):
     def to_spans(self, record: HTTPRecord, conn: ConnInfo) -> list[NeutralSpan]:
         return to_spans(record, conn, self.capture_headers)
 
+    def counters(self, state: HTTP1State) -> dict[str, int]:
+        return {"orphan_responses": state.orphan_responses}
+
 
 def _flag(value: Any) -> bool:
     # settings may come from environment variables as text: "false" must mean False

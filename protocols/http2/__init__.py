@@ -71,3 +71,9 @@ class HTTP2Parser(ProtocolParser):
 
     def to_spans(self, record: H2Record, conn: ConnInfo) -> list[NeutralSpan]:
         return to_spans(record, conn, self.capture_headers)
+
+    def counters(self, state: HTTP2State) -> dict[str, int]:
+        return {"unknown_headers": state.unknown_headers,
+                "orphan_responses": state.orphan_responses,
+                "streams_dropped": state.streams_dropped,
+                "malformed_blocks": state.malformed_blocks}

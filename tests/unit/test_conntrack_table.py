@@ -131,3 +131,13 @@ def test_unrecognized_connection_is_given_up():
     w = Wire(key)
     t.handle([opened(key)] + [w.data(IN, b"\x00\x01binary") for _ in range(20)])
     assert stats.total("connections.unparsed") == 1
+
+
+def test_parser_counters_reach_self_telemetry_at_close():
+    t, stats = table()
+    key = (22, 3, 3)
+    w = Wire(key)
+    t.handle([opened(key), w.data(OUT, RESP)])  # a response whose request came before capture
+    t.handle([abi.ConnClose(key=key, ts_ns=999, bytes_sent=len(RESP), bytes_recv=0)])
+    assert stats.snapshot()[("protocol.events", (("event", "orphan_responses"),
+                                                 ("protocol", "http1")))] == 1
