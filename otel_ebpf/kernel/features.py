@@ -142,6 +142,28 @@ def _check_socket_program() -> Check:
     return Check("socket capture program", True, f"loaded and attached {n} programs")
 
 
+def _check_asyncio_symbols() -> Check:
+    """Which running Pythons' asyncio the task probes can see (correlation evidence)."""
+    from .asyncio_probes import TASK_INIT, TASK_STEP, asyncio_libraries_of, file_offsets
+
+    libraries = {path for p in Path("/proc").iterdir() if p.name.isdigit()
+                 for path, _ in asyncio_libraries_of(p.name)}
+    if not libraries:
+        return Check("asyncio task probes", True, "no running process uses asyncio now",
+                     required=False)
+    stripped = []
+    for path in sorted(libraries):
+        try:
+            if len(file_offsets(path, (TASK_STEP, TASK_INIT))) < 2:
+                stripped.append(path)
+        except (OSError, ValueError):
+            stripped.append(path)
+    detail = f"{len(libraries) - len(stripped)} of {len(libraries)} _asyncio libraries have symbols"
+    if stripped:
+        detail += "; stripped (their calls correlate without task evidence): " + ", ".join(stripped)
+    return Check("asyncio task probes", not stripped, detail, required=False)
+
+
 def run_checks() -> list[Check]:
     major, minor = libbpf.version()
     checks = [
@@ -157,6 +179,7 @@ def run_checks() -> list[Check]:
         _check_path("kprobes (not used)", "/sys/bus/event_source/devices/kprobe",
                     "available, though the agent does not depend on them", required=False),
         _check_perf_events(),
+        _check_asyncio_symbols(),
         _check_path("BPF objects", str(bpf_dir() / "socket_trace.bpf.o"), str(bpf_dir()),
                     required=True),
     ]
