@@ -97,3 +97,38 @@ def make_conn():
 def feed_all(tracker: ConnectionDriver, events: Iterable[tuple[Direction, bytes, int]]) -> None:
     for direction, captured, gap in events:
         tracker.feed(direction, captured, gap)
+
+
+REQ, RESP, TICK = "req", "resp", "tick"  # event kinds of run_exchange
+
+
+def run_exchange(parser, conn: ConnInfo, events, mode: str, garbage: bytes, *,
+                 close: bool = True, midstream: bool = False, splitter=None
+                 ) -> ConnectionDriver:
+    """Feed (REQ|RESP, captured[, gap]) and (TICK, now_ns) events through the real tracker
+    in `mode`: "whole" (one syscall per event), "bytes" (one per byte), "frames" (one per
+    piece `splitter` cuts, where given), "garbage" (whole, then `garbage` both ways)."""
+    tracker = ConnectionDriver(parser, conn, midstream=midstream)
+    requests = Direction.EGRESS if conn.role == Role.CLIENT else Direction.INGRESS
+    sides = {REQ: requests, RESP: requests.opposite}
+    for side, data, *gap in events:
+        if side == TICK:
+            tracker.tick(data)
+            continue
+        direction, gap = sides[side], (gap[0] if gap else 0)
+        if mode == "bytes":
+            for i in range(len(data)):
+                tracker.feed(direction, data[i : i + 1])
+            if gap:
+                tracker.feed(direction, b"", gap)
+        elif mode == "frames" and splitter is not None and not gap:
+            for piece in splitter(data):
+                tracker.feed(direction, piece)
+        else:
+            tracker.feed(direction, data, gap)
+    if mode == "garbage" and garbage:
+        for direction in Direction:
+            tracker.feed(direction, garbage)
+    if close:
+        tracker.close()
+    return tracker

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from otel_ebpf.protocols.base import Direction, Role
+from otel_ebpf.protocols.base import Role
 from otel_ebpf.protocols.http1 import HTTP1Parser
 
-REQ, RESP, TICK = "req", "resp", "tick"
+from ..conftest import REQ, RESP, TICK, run_exchange  # noqa: F401 (used by tests)
+
 # cannot start an HTTP message; ends with a blank line so that no parser waits on it
 GARBAGE = b"\x00\x17garbage \xff\xfe not http\r\n\r\n"
 MODES = ("whole", "bytes", "garbage")
@@ -18,33 +19,13 @@ def mode(request) -> str:
 
 
 @pytest.fixture
-def run(tracker_cls, make_conn, mode):
+def run(make_conn, mode):
     """run(events) -> tracker. Events: (REQ|RESP, captured[, gap]) or (TICK, now_ns)."""
 
     def run(events, *, role=Role.CLIENT, options=None, close=True, midstream=False, conn=None,
             garbage=True):
-        conn = conn or make_conn(role)
-        tracker = tracker_cls(HTTP1Parser(options), conn, midstream=midstream)
-        requests = Direction.EGRESS if role == Role.CLIENT else Direction.INGRESS
-        sides = {REQ: requests, RESP: requests.opposite}
-        for side, data, *gap in events:
-            if side == TICK:
-                tracker.tick(data)
-                continue
-            direction, gap = sides[side], (gap[0] if gap else 0)
-            if mode == "bytes":
-                for i in range(len(data)):
-                    tracker.feed(direction, data[i : i + 1])
-                if gap:
-                    tracker.feed(direction, b"", gap)
-            else:
-                tracker.feed(direction, data, gap)
-        if mode == "garbage" and garbage:
-            for direction in Direction:
-                tracker.feed(direction, GARBAGE)
-        if close:
-            tracker.close()
-        return tracker
+        return run_exchange(HTTP1Parser(options), conn or make_conn(role), events, mode,
+                            GARBAGE if garbage else b"", close=close, midstream=midstream)
 
     return run
 

@@ -4,12 +4,12 @@ frame per syscall, and with garbage after."""
 from __future__ import annotations
 
 import pytest
-from otel_ebpf.protocols.base import Direction, Role
+from otel_ebpf.protocols.base import Role
 from otel_ebpf.protocols.http2 import HTTP2Parser
 
+from ..conftest import REQ, RESP, TICK, run_exchange  # noqa: F401 (used by tests)
 from .wire import split_frames
 
-REQ, RESP, TICK = "req", "resp", "tick"
 # a WINDOW_UPDATE header with a length no WINDOW_UPDATE has: never HTTP/2 from its first byte
 GARBAGE = b"\x00\x00\x05\x08\x00\x00\x00\x00\x00\xff\xfe not http/2 at all\r\n\r\n"
 MODES = ("whole", "bytes", "frames", "garbage")
@@ -21,36 +21,13 @@ def mode(request) -> str:
 
 
 @pytest.fixture
-def run(tracker_cls, make_conn, mode):
+def run(make_conn, mode):
     """run(events) -> tracker. Events: (REQ|RESP, captured[, gap]) or (TICK, now_ns)."""
 
     def run(events, *, role=Role.CLIENT, options=None, close=True, midstream=False, conn=None,
             garbage=True):
-        conn = conn or make_conn(role)
-        tracker = tracker_cls(HTTP2Parser(options), conn, midstream=midstream)
-        requests = Direction.EGRESS if role == Role.CLIENT else Direction.INGRESS
-        sides = {REQ: requests, RESP: requests.opposite}
-        for side, data, *gap in events:
-            if side == TICK:
-                tracker.tick(data)
-                continue
-            direction, gap = sides[side], (gap[0] if gap else 0)
-            if mode == "bytes":
-                for i in range(len(data)):
-                    tracker.feed(direction, data[i : i + 1])
-                if gap:
-                    tracker.feed(direction, b"", gap)
-            elif mode == "frames" and not gap:
-                for piece in split_frames(data):
-                    tracker.feed(direction, piece)
-            else:
-                tracker.feed(direction, data, gap)
-        if mode == "garbage" and garbage:
-            for direction in Direction:
-                tracker.feed(direction, GARBAGE)
-        if close:
-            tracker.close()
-        return tracker
+        return run_exchange(HTTP2Parser(options), conn or make_conn(role), events, mode,
+                            GARBAGE if garbage else b"", close=close, midstream=midstream, splitter=split_frames)
 
     return run
 
