@@ -69,6 +69,7 @@ class ConnTable:
         """Apply a batch of kernel events; return the spans that completed."""
         spans: list[NeutralSpan] = []
         stats = self.stats
+        payload_bytes = 0  # counted once per batch: Stats.add takes a lock
         for ev in events:
             if type(ev) is abi.DataEvent:
                 conn = self.conns.get(ev.key)
@@ -76,7 +77,7 @@ class ConnTable:
                     conn = self._open(self._anonymous(ev))
                 else:
                     self.conns.move_to_end(ev.key)
-                stats.add("bytes", len(ev.payload))
+                payload_bytes += len(ev.payload)
                 conn.on_data(ev.direction, ev.pos, ev.msg_len, ev.payload, ev.enter_ns,
                              ev.exit_ns, ev.tcp_seq, self.registry, stats, tid=ev.tid,
                              task=ev.task)
@@ -96,6 +97,7 @@ class ConnTable:
                 for key in list(self.by_pid.get(ev.pid, ())):
                     spans += self._close(key)
         stats.add("events", len(events))
+        stats.add("bytes", payload_bytes)
         for key in self.touched:
             conn = self.conns.get(key)
             if conn is not None:

@@ -137,9 +137,9 @@ class Correlator:
         now_ns = _now() if now_ns is None else now_ns
         for first, second in observed:
             if type(first) is TaskNew:
-                self.on_tasks([(first, second)])
+                self._birth(first, second)
             else:
-                self.on_frames([(first, second)], now_ns)
+                self._frame(first, second, now_ns)
 
     def on_frames(self, frames: list[tuple[ConnInfo, Frame]], now_ns: int | None = None
                   ) -> None:
@@ -147,27 +147,29 @@ class Correlator:
         response ends the time its request could be the parent of outbound calls."""
         now_ns = _now() if now_ns is None else now_ns
         for conn, frame in frames:
-            is_request = (frame.direction == Direction.EGRESS) == (conn.role == Role.CLIENT)
-            if not is_request:
-                if conn.role == Role.SERVER:
-                    self._server_answers(conn, frame)
-                continue
-            req = Request(
-                span_id=random_id(8), conn_key=conn.key, stream_pos=frame.stream_pos,
-                pid=conn.pid, tid=frame.tid, task=frame.task, exchange=frame.exchange,
-                role=conn.role,
-                start_ns=frame.start_ns, ready_ns=frame.end_ns, seen_ns=now_ns,
-                wire_key=wire_key(conn, frame), carrier=frame.carrier,
-            )
-            self._remember((conn.key, frame.stream_pos), req)
-            context = parse_traceparent(frame.carrier.get("traceparent", ""))
-            if context is not None:
-                req.remote_parent, req.evidence = context, "traceparent"
+            self._frame(conn, frame, now_ns)
+
+    def _frame(self, conn: ConnInfo, frame: Frame, now_ns: int) -> None:
+        is_request = (frame.direction == Direction.EGRESS) == (conn.role == Role.CLIENT)
+        if not is_request:
             if conn.role == Role.SERVER:
-                self._server_request(req)
-            else:
-                self._client_request(req)
-            self._link_by_id(req)
+                self._server_answers(conn, frame)
+            return
+        req = Request(
+            span_id=random_id(8), conn_key=conn.key, stream_pos=frame.stream_pos,
+            pid=conn.pid, tid=frame.tid, task=frame.task, exchange=frame.exchange,
+            role=conn.role, start_ns=frame.start_ns, ready_ns=frame.end_ns, seen_ns=now_ns,
+            wire_key=wire_key(conn, frame), carrier=frame.carrier,
+        )
+        self._remember((conn.key, frame.stream_pos), req)
+        context = parse_traceparent(frame.carrier.get("traceparent", ""))
+        if context is not None:
+            req.remote_parent, req.evidence = context, "traceparent"
+        if conn.role == Role.SERVER:
+            self._server_request(req)
+        else:
+            self._client_request(req)
+        self._link_by_id(req)
 
     def _remember(self, key: tuple[tuple[int, int, int], int], req: Request) -> None:
         self.requests[key] = req
@@ -181,16 +183,19 @@ class Correlator:
         task serves; one created by a loop callback serves the request whose first bytes
         the thread had just read (uvicorn and aiohttp create a task per request there)."""
         for birth, read in births:
-            key = (birth.pid, birth.task)
-            self.task_reads.pop(key, None)  # an address reused by a new task
-            origin = self.task_reads.get((birth.pid, birth.parent)) if birth.parent else None
-            if origin is None and not birth.parent and read is not None \
-                    and 0 <= birth.ts_ns - read.ns <= TASK_AFTER_READ_NS:
-                origin = read
-            if origin is not None:
-                self.task_reads[key] = origin
-                while len(self.task_reads) > self.max_requests:
-                    self.task_reads.popitem(last=False)
+            self._birth(birth, read)
+
+    def _birth(self, birth: TaskNew, read: TaskRead | None) -> None:
+        key = (birth.pid, birth.task)
+        self.task_reads.pop(key, None)  # an address reused by a new task
+        origin = self.task_reads.get((birth.pid, birth.parent)) if birth.parent else None
+        if origin is None and not birth.parent and read is not None \
+                and 0 <= birth.ts_ns - read.ns <= TASK_AFTER_READ_NS:
+            origin = read
+        if origin is not None:
+            self.task_reads[key] = origin
+            while len(self.task_reads) > self.max_requests:
+                self.task_reads.popitem(last=False)
 
     def _request_of_task(self, req: Request) -> Request | None:
         """The server request the task that wrote `req` serves: exactly one request must
