@@ -29,6 +29,8 @@ struct conn_state {
 	__u64 pos[2];    /* bytes moved so far, by direction */
 	__u32 flags;     /* conn_flags */
 	__u32 traced;    /* 0: seen but not selected by the targets */
+	__u32 wide;      /* 1: captured with cfg.wide_capture (an LLM API call was seen) */
+	__u32 _pad;
 };
 
 enum arg_kind { ARG_BUF = 1, ARG_IOV = 2, ARG_MSG = 3, ARG_MMSG = 4, ARG_CONNECT = 5 };
@@ -475,18 +477,42 @@ static __always_inline __u32 copy_iov(struct scratch *s, __u64 iov_ptr, __u32 io
 	return off;
 }
 
+/* "POST " and a path whose first 8 bytes are a wide key: an LLM API request, whose
+ * bodies (a long prompt, a long answer) are worth a wider capture. */
+static __always_inline bool wide_request(struct scratch *s, __u32 got)
+{
+	if (got < 13 || !cfg.wide_key_count)
+		return false;
+	if (s->payload[0] != 'P' || s->payload[1] != 'O' || s->payload[2] != 'S' ||
+	    s->payload[3] != 'T' || s->payload[4] != ' ')
+		return false;
+	__u64 key = 0;
+	__builtin_memcpy(&key, &s->payload[5], sizeof(key));
+	for (__u32 i = 0; i < MAX_WIDE_KEYS; i++) {
+		if (i >= cfg.wide_key_count)
+			break;
+		if (cfg.wide_keys[i] == key)
+			return true;
+	}
+	return false;
+}
+
 /* Emit one data event of `len` bytes for the connection; the payload comes from a plain
  * buffer (buf) or an iovec array (iov, iovcnt). */
+/* Stream sockets may be widened (`widen`); on a wide connection a plain-buffer message
+ * longer than the capture also sends its last bytes (tail_len). */
 static __always_inline void emit_data(struct conn_state *st, struct syscall_args *a, __u8 dir,
 				      __u64 len, __u64 buf, __u64 iov, __u32 iovcnt,
-				      struct addr *peer, __u32 tcp_seq, const __u32 max_iov)
+				      struct addr *peer, __u32 tcp_seq, const __u32 max_iov,
+				      const bool widen)
 {
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &cpu);
 	if (!s)
 		return;
 	struct data_event *ev = &s->ev;
-	__u32 cap = len < cfg.capture_max ? len : cfg.capture_max;
+	__u32 limit = st->wide ? cfg.wide_capture : cfg.capture_max;
+	__u32 cap = len < limit ? len : limit;
 	cap = bounded(cap, MAX_CAPTURE);
 
 	ev->hdr.type = EV_DATA;
@@ -518,12 +544,34 @@ static __always_inline void emit_data(struct conn_state *st, struct syscall_args
 			got = 0;
 	}
 	got = bounded(got, MAX_CAPTURE);
-	ev->captured_len = got;
-	if (got < len) {
+	if (widen && !st->wide && wide_request(s, got)) {
+		st->wide = 1;
+		count(CNT_WIDENED, 1);
+		if (buf && got < len) { /* this very message is the request: copy it again, wider */
+			cap = len < cfg.wide_capture ? len : cfg.wide_capture;
+			cap = bounded(cap, MAX_CAPTURE);
+			if (!bpf_probe_read_user(s->payload, cap, (void *)buf))
+				got = cap;
+		}
+	}
+	__u32 tail = 0;
+	if (widen && buf && st->wide && got < len && cfg.tail_capture) {
+		tail = len - got < cfg.tail_capture ? len - got : cfg.tail_capture;
+		tail = bounded(tail, MAX_CAPTURE);
+		__u32 off = bounded(got, MAX_CAPTURE);
+		if (bpf_probe_read_user(&s->payload[off], tail, (void *)(buf + len - tail)))
+			tail = 0;
+	}
+	if (st->wide)
+		ev->flags |= DATA_F_WIDE;
+	ev->tail_len = tail;
+	__u32 size = bounded(got + tail, 2 * MAX_CAPTURE);
+	ev->captured_len = size;
+	if (size < len) {
 		ev->flags |= DATA_F_TRUNCATED;
 		count(CNT_TRUNCATED, 1);
 	}
-	if (bpf_ringbuf_output(&events, ev, sizeof(*ev) + got, wakeup_flags()))
+	if (bpf_ringbuf_output(&events, ev, sizeof(*ev) + size, wakeup_flags()))
 		count(CNT_RINGBUF_DROPS, 1);
 	else
 		count(CNT_DATA_EVENTS, 1);
@@ -580,14 +628,15 @@ static __always_inline int on_exit(struct trace_event_raw_sys_exit *ctx, __u8 di
 
 	switch (a.kind) {
 	case ARG_BUF:
-		emit_data(st, &a, dir, ret, a.ptr, 0, 0, datagram ? &peer : NULL, seq, 0);
+		emit_data(st, &a, dir, ret, a.ptr, 0, 0, datagram ? &peer : NULL, seq, 0,
+			  !datagram);
 		break;
 	case ARG_IOV:
-		emit_data(st, &a, dir, ret, 0, a.ptr, a.count, NULL, seq, MAX_IOV);
+		emit_data(st, &a, dir, ret, 0, a.ptr, a.count, NULL, seq, MAX_IOV, !datagram);
 		break;
 	case ARG_MSG:
 		emit_data(st, &a, dir, ret, 0, (__u64)msg.msg_iov, msg.msg_iovlen,
-			  datagram ? &peer : NULL, seq, MAX_IOV);
+			  datagram ? &peer : NULL, seq, MAX_IOV, !datagram);
 		break;
 	case ARG_MMSG: {
 		/* One event per datagram: ret is the number of messages moved. */
@@ -606,7 +655,7 @@ static __always_inline int on_exit(struct trace_event_raw_sys_exit *ctx, __u8 di
 			struct addr p = {};
 			read_sockaddr((__u64)mm.msg_hdr.msg_name, &p);
 			emit_data(st, &a, dir, mm.msg_len, 0, (__u64)mm.msg_hdr.msg_iov,
-				  mm.msg_hdr.msg_iovlen, &p, 0, MAX_MMSG_IOV);
+				  mm.msg_hdr.msg_iovlen, &p, 0, MAX_MMSG_IOV, false);
 		}
 		return 0;
 	}

@@ -11,9 +11,12 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+if TYPE_CHECKING:
+    from .layers import HTTPLayer
 
 AttributeValue = str | bool | int | float | list[str] | list[int] | list[float]
 
@@ -125,6 +128,24 @@ class SpanLink:
     attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Instrument:
+    """A histogram a parser or layer records into (explicit bucket boundaries, semconv-advised)."""
+
+    unit: str
+    description: str
+    boundaries: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One value for a declared instrument, with its attributes (low cardinality only)."""
+
+    instrument: str
+    value: float
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+
+
 @dataclass(slots=True, kw_only=True)
 class NeutralSpan:
     """A span before OpenTelemetry: kernel times, no IDs yet (correlate/ assigns them)."""
@@ -149,6 +170,9 @@ class NeutralSpan:
     span_id: bytes = b""
     parent_span_id: bytes = b""
     links: list[SpanLink] = field(default_factory=list)
+    # values for the histograms the parser or layer declares (`instruments`), recorded
+    # against the span's process when the span is emitted
+    measurements: list[Measurement] = field(default_factory=list)
 
     @property
     def pid(self) -> int:
@@ -162,11 +186,19 @@ class ParserState:
     tracker appends them, the parser's stitch step consumes them.
     """
 
-    __slots__ = ("conn", "frames")
+    __slots__ = ("conn", "frames", "time_at")
 
     def __init__(self, conn: ConnInfo) -> None:
         self.conn = conn
         self.frames: tuple[deque[Frame], deque[Frame]] = (deque(), deque())
+        # time_at(direction, offset): kernel time of the byte at `offset` in the buffer
+        # `parse` is looking at (when a write handed it over, when a read returned it). The
+        # tracker sets it; a parser that times parts of a message (SSE chunks) asks it.
+        self.time_at: Callable[[Direction, int], int] = _no_time
+
+
+def _no_time(direction: Direction, offset: int) -> int:
+    return 0
 
 
 class ProtocolParser(ABC):
@@ -181,6 +213,9 @@ class ProtocolParser(ABC):
       resync(direction, buf, state) after bytes were lost or parse said INVALID: the parser
         drops any partial frame of that direction and returns the offset in buf where a
         frame may start, or None when there is none in buf.
+      skip_lost(direction, lost, state) when bytes are missing inside the message being
+        parsed: True lets the parser step over them (a body it reads, not skips), else resync.
+        parse may also be called with an empty buf right after, to finish such a body.
       finish(direction, state) when the connection closes: a frame delimited by the close
         (an HTTP/1.0 body read until EOF), or None. The tracker sets its `size` to the bytes
         from its first byte to the close, which only the tracker knows.
@@ -190,6 +225,8 @@ class ProtocolParser(ABC):
 
     name: ClassVar[str]
     transport: ClassVar[Literal["stream", "datagram"]] = "stream"
+    # histograms this parser's spans carry Measurements for, by instrument name
+    instruments: ClassVar[Mapping[str, Instrument]] = {}
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: Mapping[str, Any] = options or {}
@@ -202,6 +239,10 @@ class ProtocolParser(ABC):
     def new_state(self, conn: ConnInfo) -> ParserState:
         return ParserState(conn)
 
+    def use_layers(self, layers: tuple[HTTPLayer, ...]) -> None:
+        """The enabled layers (protocols/layers.py), for parsers whose messages carry them
+        (HTTP). Others ignore them."""
+
     @abstractmethod
     def parse(
         self, direction: Direction, buf: memoryview, state: ParserState
@@ -212,6 +253,13 @@ class ProtocolParser(ABC):
 
     def finish(self, direction: Direction, state: ParserState) -> Frame | None:
         return None
+
+    def skip_lost(self, direction: Direction, lost: int, state: ParserState) -> bool:
+        """`lost` bytes at the current position were not captured (a write longer than the
+        capture size) or never arrived. Return True when they fall inside a part of the
+        message whose length the parser knows (a body it is reading), having accounted for
+        them; then parsing goes on after them. False (the default): resync."""
+        return False
 
     @abstractmethod
     def stitch(self, state: ParserState, now_ns: int) -> list[Record]:

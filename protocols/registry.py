@@ -1,4 +1,5 @@
-"""Finds protocol parsers by entry point and asks them, in order, who owns a connection."""
+"""Finds protocol parsers and layers by entry point and asks the parsers, in order, who owns
+a connection; layers (APIs over HTTP) are handed to the parsers that carry them."""
 
 from __future__ import annotations
 
@@ -8,15 +9,15 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from .base import ConnInfo, Direction, ProtocolParser, Role
+from .layers import LAYER_ENTRY_POINT_GROUP, HTTPLayer
 
 ENTRY_POINT_GROUP = "otel_ebpf.protocols"
 log = logging.getLogger(__name__)
 
 
-def available_parsers() -> dict[str, type[ProtocolParser]]:
-    """Parser classes registered under the entry-point group, by name."""
-    found: dict[str, type[ProtocolParser]] = {}
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+def _load(group: str) -> dict[str, type]:
+    found: dict[str, type] = {}
+    for ep in entry_points(group=group):
         try:
             cls = ep.load()
         except Exception as exc:  # a broken plugin must not take the agent down
@@ -26,25 +27,54 @@ def available_parsers() -> dict[str, type[ProtocolParser]]:
     return found
 
 
-class Registry:
-    """The enabled parsers, in the order they are asked to infer a connection's protocol."""
+def available_parsers() -> dict[str, type[ProtocolParser]]:
+    """Parser classes registered under the entry-point group, by name."""
+    return _load(ENTRY_POINT_GROUP)
 
-    def __init__(self, parsers: Iterable[ProtocolParser]) -> None:
+
+def available_layers() -> dict[str, type[HTTPLayer]]:
+    """Layer classes (APIs over HTTP) registered under their entry-point group, by name."""
+    return _load(LAYER_ENTRY_POINT_GROUP)
+
+
+class Registry:
+    """The enabled parsers, in the order they are asked to infer a connection's protocol,
+    and the enabled layers, in the order they are asked whether they want a request."""
+
+    def __init__(self, parsers: Iterable[ProtocolParser],
+                 layers: Iterable[HTTPLayer] = ()) -> None:
         self.parsers = list(parsers)
+        self.layers = tuple(layers)
+        for parser in self.parsers:
+            parser.use_layers(self.layers)
 
     @classmethod
     def from_config(
         cls, enabled: Iterable[str] | None, options: Mapping[str, Mapping[str, Any]]
     ) -> Registry:
-        """Instantiate the named parsers (all registered ones when `enabled` is None)."""
-        known = available_parsers()
-        names = list(known) if enabled is None else list(enabled)
-        missing = [n for n in names if n not in known]
+        """Instantiate the named parsers and layers (all registered ones when `enabled` is
+        None)."""
+        parsers, layers = available_parsers(), available_layers()
+        names = [*parsers, *layers] if enabled is None else list(enabled)
+        missing = [n for n in names if n not in parsers and n not in layers]
         if missing:
             raise KeyError(
-                f"unknown protocol(s) {missing}; installed: {sorted(known)}"
+                f"unknown protocol(s) {missing}; installed: {sorted([*parsers, *layers])}"
             )
-        return cls(known[n](options.get(n)) for n in names)
+        return cls((parsers[n](options.get(n)) for n in names if n in parsers),
+                   (layers[n](options.get(n)) for n in names if n in layers))
+
+    @property
+    def instruments(self) -> dict:
+        """Every histogram the enabled parsers and layers declare, by name."""
+        out: dict = {}
+        for plugin in (*self.parsers, *self.layers):
+            out.update(type(plugin).instruments)
+        return out
+
+    def wide_prefixes(self) -> tuple[str, ...]:
+        """Request-path prefixes whose connections the kernel should capture more of."""
+        return tuple(p for layer in self.layers for p in layer.capture_prefixes())
 
     def infer(
         self, direction: Direction, head: bytes, conn: ConnInfo

@@ -4,13 +4,14 @@
 #ifndef OTEL_EBPF_ABI_H
 #define OTEL_EBPF_ABI_H
 
-#define ABI_VERSION 1
+#define ABI_VERSION 2
 #define MAX_CAPTURE 65536 /* largest payload prefix captured per message (power of two) */
 #define MAX_TARGETS 1024  /* entries in each target-selection map */
 #define COMM_LEN 16
 #define MAX_IOV 64        /* iovec entries walked per readv/writev/sendmsg/recvmsg (grpc writes 20+) */
 #define MAX_MMSG 8        /* messages walked per sendmmsg/recvmmsg */
 #define MAX_MMSG_IOV 4    /* iovec entries walked per sendmmsg/recvmmsg message (datagrams) */
+#define MAX_WIDE_KEYS 16  /* request-path keys that widen a connection's capture */
 
 enum event_type {
 	EV_CONN_OPEN = 1,
@@ -41,6 +42,7 @@ enum conn_flags {
 enum data_flags {
 	DATA_F_TRUNCATED = 1 << 0, /* msg_len > captured_len */
 	DATA_F_HAS_PEER = 1 << 1,  /* peer holds the datagram's source or destination */
+	DATA_F_WIDE = 1 << 2,      /* captured with the wide capture size (see agent_config) */
 };
 
 /* Counters in the per-CPU `counters` array, by index. */
@@ -51,6 +53,7 @@ enum counter_idx {
 	CNT_CONN_CLOSED = 3,
 	CNT_DATA_EVENTS = 4,
 	CNT_IOV_LIMIT = 5,      /* iovec or mmsg entries beyond MAX_IOV/MAX_MMSG not captured */
+	CNT_WIDENED = 6,        /* connections whose capture was widened (an LLM request seen) */
 	CNT_MAX = 8,
 };
 
@@ -102,7 +105,8 @@ struct data_event {
 	__u32 tcp_seq;           /* TCP sequence number of the first byte (CONN_F_TCP) */
 	__u8 direction;
 	__u8 flags;
-	__u16 _pad;
+	__u16 tail_len;          /* the payload's last tail_len bytes are the message's last
+				  * bytes (its middle was not captured); the rest is its prefix */
 	struct addr peer;        /* DATA_F_HAS_PEER: datagram source/destination */
 	__u64 task;              /* the asyncio task running on the thread, or 0 */
 	/* payload follows */
@@ -133,6 +137,15 @@ struct agent_config {
 	__u32 filter_ports;     /* nonzero: target_ports map is a filter */
 	__u32 wakeup_bytes;     /* force a wake-up when the ring holds more than this */
 	__u32 ignore_ports;     /* nonzero: never select connections on ignored_ports */
+	/* Wide capture: a connection that sends or receives "POST " + a path whose first 8
+	 * bytes equal a wide_keys entry (an LLM API call) is captured with wide_capture bytes
+	 * per message from then on (that message included), plus its last tail_capture bytes
+	 * when longer: a prompt's JSON may name its model only at the end. */
+	__u32 wide_capture;     /* 0: off */
+	__u32 tail_capture;     /* <= wide_capture */
+	__u32 wide_key_count;   /* entries used in wide_keys */
+	__u32 _pad;
+	__u64 wide_keys[MAX_WIDE_KEYS]; /* first 8 path bytes, as a little-endian u64 */
 };
 
 #endif

@@ -70,14 +70,22 @@ class Connection:
             self.info = dataclasses.replace(self.info, role=role)
         self.parser = parser
         self.state = parser.new_state(self.info)
+        self.state.time_at = self._time_at
+
+    def _time_at(self, direction: Direction, offset: int) -> int:
+        """Kernel time of the byte `offset` bytes into what `parse` is being shown."""
+        stream = self.streams[direction]
+        return stream.time_of_first(stream.head + offset)[0]
 
     # ---- input -------------------------------------------------------------------
 
     def on_data(
         self, direction: Direction, pos: int, msg_len: int, payload: bytes,
         start_ns: int, end_ns: int, tcp_seq: int, registry: Registry, stats: Stats,
-        tid: int = 0, task: int = 0,
+        tid: int = 0, task: int = 0, tail: bytes = b"",
     ) -> None:
+        """`payload` is the message's captured prefix; `tail`, when the kernel sent one, its
+        last bytes (the bytes between were not captured: a long prompt's middle)."""
         self.last_ns = end_ns
         if self.unparsed:
             return
@@ -90,8 +98,16 @@ class Connection:
         stream = self.streams[direction]
         if stream.started and pos > stream.known_end:
             stats.add("gaps")  # events lost between the last one and this
-        stream.add(Chunk(pos, pos + msg_len, payload, start_ns, end_ns,
-                         tcp_seq if self.tcp else None, tid, task))
+        seq = tcp_seq if self.tcp else None
+        end = pos + msg_len
+        if tail and len(payload) + len(tail) < msg_len:
+            # two chunks: the prefix (its uncaptured rest is a hole) and the last bytes
+            end -= len(tail)
+            stream.add(Chunk(pos, end, payload, start_ns, end_ns, seq, tid, task))
+            seq = None if seq is None else (seq + end - pos) & 0xFFFFFFFF
+            pos, payload = end, tail
+            end = pos + len(tail)
+        stream.add(Chunk(pos, end, payload, start_ns, end_ns, seq, tid, task))
         self._parse(direction, stats)
         self._finish_pending(direction)
 
@@ -114,12 +130,14 @@ class Connection:
     def _parse(self, direction: Direction, stats: Stats) -> None:
         parser, state, stream = self.parser, self.state, self.streams[direction]
         assert parser is not None and state is not None
+        poke = False  # the parser stepped over lost bytes: let it end its frame there
         for _ in range(MAX_PARSE_STEPS):
-            if not stream.buf:
+            if not stream.buf and not poke:
                 if not stream.hole_ahead():
                     return
-                self._lose_bytes(direction, stats)
+                poke = self._lose_bytes(direction, stats)
                 continue
+            poke = False
             view = memoryview(stream.buf)
             if self.resync[direction]:
                 offset = parser.resync(direction, view, state)
@@ -143,7 +161,7 @@ class Connection:
             elif result is ParseResult.NEED_MORE:
                 if consumed <= 0:
                     if stream.hole_ahead():  # the bytes the parser waits for are lost
-                        self._lose_bytes(direction, stats)
+                        poke = self._lose_bytes(direction, stats)
                         continue
                     return
                 if self.frame_start[direction] is None:
@@ -159,11 +177,17 @@ class Connection:
     def _start_at(stream: Stream, pos: int) -> FrameStart:
         return FrameStart(pos, *stream.time_of_first(pos))
 
-    def _lose_bytes(self, direction: Direction, stats: Stats) -> None:
-        self.streams[direction].jump_hole()
+    def _lose_bytes(self, direction: Direction, stats: Stats) -> bool:
+        """Step over the missing bytes. True when the parser took them as part of the
+        message it is reading (a body of known length); else it resyncs after them."""
+        lost = self.streams[direction].jump_hole()
         stats.add("gaps")
+        if not self.resync[direction] and self.parser.skip_lost(  # type: ignore[union-attr]
+                direction, lost, self.state):
+            return True
         self.resync[direction] = True
         self.frame_start[direction] = None
+        return False
 
     def _stamp_start(self, direction: Direction, frame: Frame) -> None:
         start = self.frame_start[direction] or self._start_at(self.streams[direction],

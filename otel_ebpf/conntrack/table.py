@@ -77,10 +77,10 @@ class ConnTable:
                     conn = self._open(self._anonymous(ev))
                 else:
                     self.conns.move_to_end(ev.key)
-                payload_bytes += len(ev.payload)
+                payload_bytes += len(ev.payload) + len(ev.tail)
                 conn.on_data(ev.direction, ev.pos, ev.msg_len, ev.payload, ev.enter_ns,
                              ev.exit_ns, ev.tcp_seq, self.registry, stats, tid=ev.tid,
-                             task=ev.task)
+                             task=ev.task, tail=ev.tail)
                 self.touched.add(ev.key)
                 if ev.direction is Direction.INGRESS:
                     self._note_read(ev)

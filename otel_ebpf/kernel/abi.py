@@ -13,15 +13,16 @@ from dataclasses import dataclass
 
 from otel_ebpf.protocols.base import Direction, Role
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 MAX_CAPTURE = 65536
 MAX_TARGETS = 1024
 COMM_LEN = 16
+MAX_WIDE_KEYS = 16
 
 EV_CONN_OPEN, EV_CONN_CLOSE, EV_DATA, EV_PROC_EXIT, EV_TASK_NEW = 1, 2, 3, 4, 5
 
 CONN_F_STREAM, CONN_F_UNIX, CONN_F_TCP, CONN_F_PREEXISTING = 1, 2, 4, 8
-DATA_F_TRUNCATED, DATA_F_HAS_PEER = 1, 2
+DATA_F_TRUNCATED, DATA_F_HAS_PEER, DATA_F_WIDE = 1, 2, 4
 
 # enum counter_idx
 COUNTER_NAMES = {
@@ -31,6 +32,7 @@ COUNTER_NAMES = {
     3: "conn_closed",
     4: "data_events",
     5: "iov_limit",
+    6: "widened",
 }
 CNT_MAX = 8
 
@@ -39,10 +41,10 @@ KEY = struct.Struct("<IiQ")  # pid, fd, gen
 ADDR = struct.Struct("<16sHH4x")  # bytes, port, family
 CONN_OPEN = struct.Struct("<B3xIQ" + "IiQ" + "16sHH4x" * 2 + "II16s")
 CONN_CLOSE = struct.Struct("<B3xIQ" + "IiQ" + "QQ")
-DATA = struct.Struct("<B3xIQ" + "IiQ" + "QQIIIBBxx" + "16sHH4x" + "Q")
+DATA = struct.Struct("<B3xIQ" + "IiQ" + "QQIIIBBH" + "16sHH4x" + "Q")
 TASK_NEW = struct.Struct("<B3xIQ" + "I4xQQ")
 PROC_EXIT = struct.Struct("<B3xIQ" + "I4x")
-AGENT_CONFIG = struct.Struct("<8I")  # struct agent_config
+AGENT_CONFIG = struct.Struct(f"<12I{MAX_WIDE_KEYS}Q")  # struct agent_config
 
 AF_NAMES = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6", socket.AF_UNIX: "unix"}
 
@@ -90,13 +92,14 @@ class DataEvent:
     pos: int  # stream position of the first byte
     msg_len: int  # bytes the syscall moved; len(payload) may be less
     tcp_seq: int  # meaningful for TCP connections only
-    payload: bytes
+    payload: bytes  # the message's first captured bytes
     peer: tuple[str, int] | None  # datagram source or destination
     task: int = 0  # the asyncio task running on the thread (its object's address), or 0
+    tail: bytes = b""  # the message's last bytes, when its middle was not captured
 
     @property
     def truncated(self) -> bool:
-        return len(self.payload) < self.msg_len
+        return len(self.payload) + len(self.tail) < self.msg_len
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +148,9 @@ def _decode_close(buf: bytes) -> ConnClose:
 
 def _decode_data(buf: bytes) -> DataEvent:
     (_, tid, enter, pid, fd, gen, exit_ns, pos, msg_len, captured, seq, direction, flags,
-     praw, pport, pfam, task) = DATA.unpack_from(buf)
+     tail_len, praw, pport, pfam, task) = DATA.unpack_from(buf)
     peer = (format_addr(praw, pfam), pport) if flags & DATA_F_HAS_PEER else None
+    head_end = DATA.size + max(captured - tail_len, 0)
     return DataEvent(
         key=(pid, fd, gen),
         tid=tid,
@@ -156,9 +160,10 @@ def _decode_data(buf: bytes) -> DataEvent:
         pos=pos,
         msg_len=msg_len,
         tcp_seq=seq,
-        payload=bytes(buf[DATA.size : DATA.size + captured]),
+        payload=bytes(buf[DATA.size : head_end]),
         peer=peer,
         task=task,
+        tail=bytes(buf[head_end : DATA.size + captured]) if tail_len else b"",
     )
 
 
@@ -207,7 +212,11 @@ def pack_agent_config(
     filter_ports: bool,
     wakeup_bytes: int,
     ignore_ports: bool = False,
+    wide_capture: int = 0,
+    tail_capture: int = 0,
+    wide_keys: tuple[bytes, ...] = (),
 ) -> bytes:
+    keys = [int.from_bytes(k, "little") for k in wide_keys[:MAX_WIDE_KEYS]]
     return AGENT_CONFIG.pack(
         ABI_VERSION,
         agent_pid,
@@ -217,4 +226,10 @@ def pack_agent_config(
         int(filter_ports),
         wakeup_bytes,
         int(ignore_ports),
+        wide_capture,
+        tail_capture,
+        len(keys),
+        0,
+        *keys,
+        *[0] * (MAX_WIDE_KEYS - len(keys)),
     )

@@ -26,6 +26,29 @@ class CaptureSettings:
     process_names: tuple[str, ...] = ()
     ports: tuple[int, ...] = ()
     ignored_ports: tuple[int, ...] = ()  # never selected (the agent's own export endpoints)
+    # connections that send "POST <one of these path prefixes>" (LLM APIs) are captured
+    # with wide_capture bytes per message, plus the last tail_capture bytes of longer ones
+    wide_prefixes: tuple[str, ...] = ()
+    wide_capture: int = 0
+    tail_capture: int = 0
+
+
+def wide_keys(prefixes: Iterable[str]) -> tuple[bytes, ...]:
+    """The kernel matches a request path by its first 8 bytes: one key per distinct prefix
+    head. Prefixes shorter than 8 bytes cannot be matched there and are left out."""
+    keys: list[bytes] = []
+    for prefix in prefixes:
+        key = prefix.encode()[:8]
+        if len(key) < 8:
+            log.warning("wide capture: path prefix %r is shorter than 8 bytes; the kernel "
+                        "cannot recognize it (its messages keep the normal capture size)",
+                        prefix)
+        elif key not in keys:
+            keys.append(key)
+    if len(keys) > abi.MAX_WIDE_KEYS:
+        log.warning("wide capture: %d path keys, the kernel takes %d: %s are left out",
+                    len(keys), abi.MAX_WIDE_KEYS, keys[abi.MAX_WIDE_KEYS:])
+    return tuple(keys[: abi.MAX_WIDE_KEYS])
 
 
 def matching_pids(names: Iterable[str], proc_root: str = "/proc") -> set[int]:
@@ -68,6 +91,11 @@ class SocketTracer:
     def _configure(self, s: CaptureSettings) -> None:
         if not 1 <= s.capture_max <= abi.MAX_CAPTURE:
             raise BPFError(f"capture size {s.capture_max} is outside 1..{abi.MAX_CAPTURE}")
+        keys = wide_keys(s.wide_prefixes) if s.wide_capture else ()
+        wide = max(s.wide_capture, s.capture_max) if keys else 0
+        if wide > abi.MAX_CAPTURE or not 0 <= s.tail_capture <= abi.MAX_CAPTURE:
+            raise BPFError(f"wide capture {wide} / tail {s.tail_capture} outside "
+                           f"0..{abi.MAX_CAPTURE}")
         self.obj.set_max_entries("events", s.ring_buffer_bytes)
         self.obj.set_max_entries("conns", s.max_connections)
         self.obj.set_max_entries("scratch_buf", lib.libbpf_num_possible_cpus())
@@ -82,6 +110,9 @@ class SocketTracer:
                 filter_ports=bool(s.ports),
                 wakeup_bytes=s.ring_buffer_bytes * s.wakeup_fill_percent // 100,
                 ignore_ports=bool(s.ignored_ports),
+                wide_capture=wide,
+                tail_capture=s.tail_capture if keys else 0,
+                wide_keys=keys,
             )
         )
 

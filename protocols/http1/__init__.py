@@ -15,6 +15,7 @@ from ..base import (
     Record,
     Role,
 )
+from ..layers import HTTPLayer
 from . import parse as _parse
 from .parse import CONTEXT_HEADERS, HTTP1State, HTTPMessage, HTTPRequest, HTTPResponse
 from .spans import to_spans
@@ -39,12 +40,16 @@ class HTTP1Parser(ProtocolParser):
         self.capture_headers = _flag(self.options.get("capture_headers", False))
         extra = self.options.get("correlation_headers", ["x-request-id"])
         self.carrier_names = CONTEXT_HEADERS | {str(h).lower() for h in extra}
+        self.layers: tuple[HTTPLayer, ...] = ()
 
     def infer(self, direction: Direction, head: bytes, conn: ConnInfo) -> Role | None:
         return _parse.infer(direction, head)
 
     def new_state(self, conn: ConnInfo) -> HTTP1State:
-        return HTTP1State(conn, self.carrier_names)
+        return HTTP1State(conn, self.carrier_names, self.layers)
+
+    def use_layers(self, layers: tuple[HTTPLayer, ...]) -> None:
+        self.layers = layers
 
     def parse(
         self, direction: Direction, buf: memoryview, state: HTTP1State
@@ -56,6 +61,9 @@ class HTTP1Parser(ProtocolParser):
 
     def finish(self, direction: Direction, state: HTTP1State) -> Frame | None:
         return _parse.finish(direction, state)
+
+    def skip_lost(self, direction: Direction, lost: int, state: HTTP1State) -> bool:
+        return _parse.skip_lost(direction, lost, state)
 
     def stitch(self, state: HTTP1State, now_ns: int) -> list[Record]:
         return stitch(state, now_ns, self.response_timeout_ns)

@@ -1,4 +1,5 @@
-"""HTTP/1.x framing: heads validated by llhttp (httptools), bodies skipped by length, never read."""
+"""HTTP/1.x framing: heads validated by llhttp (httptools); bodies skipped by length, or read
+into timed pieces when a layer (an LLM API, say) wants the exchange."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import NamedTuple
 import httptools
 
 from ..base import UNTIL_CLOSE, ConnInfo, Direction, Frame, ParseResult, ParserState, Role
+from ..layers import Body as BodyCapture
+from ..layers import HTTPLayer, first_wanting
 
 MAX_HEAD = 64 * 1024  # a head this long without its blank line is not HTTP we can follow
 MAX_LINE = 8 * 1024  # request or status line
@@ -101,6 +104,10 @@ class HTTPMessage(Frame):
     chunks: int = 0
     index: int = -1  # which request of the connection this is or answers; -1: unknown
     close_head: int = -1  # a body the close delimits starts after this many bytes
+    content_type: str = ""
+    # the layer that wants this exchange, and the body it reads for it (else: skipped)
+    layer: HTTPLayer | None = None
+    body: BodyCapture | None = None
 
     @property
     def body_bytes(self) -> int | None:
@@ -130,6 +137,7 @@ class Sent(NamedTuple):
     index: int
     method: str
     switch: bool  # Upgrade or CONNECT: the connection may stop speaking HTTP/1
+    layer: HTTPLayer | None = None  # the layer that wants the exchange: read the answer too
 
 
 _UNKNOWN_REQUEST = Sent(-1, "GET", False)  # capture began after the request: assume GET
@@ -144,12 +152,17 @@ class Body(enum.Enum):
     CHUNKED = "chunked"  # waiting for a chunk-size line
     TRAILERS = "trailers"  # after the last chunk
     UNTIL_CLOSE = "until_close"
+    # a body being read (kept) rather than skipped
+    READ_LENGTH = "read_length"  # `remaining` bytes to go
+    READ_CHUNK = "read_chunk"  # `remaining` bytes of the current chunk's data to go
+    CHUNK_END = "chunk_end"  # the CRLF after a chunk's data (`remaining` of its 2 bytes)
+    READ_UNTIL_CLOSE = "read_until_close"
 
 
 class _Stream:
     """One direction's message in progress, once its head is past."""
 
-    __slots__ = ("body", "frame", "interim", "size")
+    __slots__ = ("body", "frame", "interim", "remaining", "size")
 
     def __init__(self) -> None:
         self.reset()
@@ -158,6 +171,7 @@ class _Stream:
         self.frame: HTTPMessage | None = None
         self.body: Body | None = None
         self.size = 0  # bytes of the message consumed so far, interim 1xx heads included
+        self.remaining = 0  # bytes left in the body (READ_LENGTH) or chunk (READ_CHUNK...)
         self.interim: list[int] = []
 
 
@@ -168,6 +182,7 @@ class HTTP1State(ParserState):
         "answered",
         "carrier_names",
         "closed",
+        "layers",
         "next_index",
         "orphan_responses",
         "requests",
@@ -177,9 +192,11 @@ class HTTP1State(ParserState):
         "tunnel",
     )
 
-    def __init__(self, conn: ConnInfo, carrier_names: frozenset[str] = CONTEXT_HEADERS) -> None:
+    def __init__(self, conn: ConnInfo, carrier_names: frozenset[str] = CONTEXT_HEADERS,
+                 layers: tuple[HTTPLayer, ...] = ()) -> None:
         super().__init__(conn)
         self.carrier_names = carrier_names  # headers kept for correlate/ (frame.carrier)
+        self.layers = layers
         # a client writes its requests, a server reads them
         self.requests = Direction.INGRESS if conn.role == Role.SERVER else Direction.EGRESS
         self.streams = (_Stream(), _Stream())
@@ -270,6 +287,7 @@ def _message_fields(head: _Head, version: str, capture_headers: bool,
         "headers": headers,
         "host": head.first("host"),
         "user_agent": head.first("user-agent"),
+        "content_type": head.first("content-type"),
         "upgrade": head.first("upgrade"),
     }
 
@@ -301,17 +319,21 @@ def _request_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) -> 
     if body is Body.UNTIL_CLOSE:
         return INVALID, None, 0  # a request body is never delimited by the close (RFC 9112 §6.3)
     method = parser.get_method().decode("ascii", "replace")
+    target = head.url.decode("latin-1")
+    layer = first_wanting(state.layers, method, target) if state.layers else None
     request = HTTPRequest(
         direction=state.requests,
         method=method,
-        target=head.url.decode("latin-1"),
+        target=target,
+        layer=layer,
+        body=None if layer is None else BodyCapture(limit=layer.body_limit),
         index=state.next_index,
         **_message_fields(head, parser.get_http_version(), capture_headers,
                           state.carrier_names),
     )
     state.next_index += 1
     switch = parser.should_upgrade()  # Upgrade + Connection: upgrade, or CONNECT
-    state.sent.append(Sent(request.index, method, switch))
+    state.sent.append(Sent(request.index, method, switch, layer))
     state.switch_pending |= switch
     return _start_body(s, request, end, body or Body.NONE, length)
 
@@ -352,6 +374,8 @@ def _response_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) ->
         index=sent.index,
         interim=tuple(s.interim),
         upgraded=body is Body.TUNNEL,
+        layer=sent.layer,
+        body=None if sent.layer is None else BodyCapture(limit=sent.layer.body_limit),
         **_message_fields(head, parser.get_http_version(), capture_headers,
                           state.carrier_names),
     )
@@ -369,6 +393,8 @@ def _complete(s: _Stream, frame: HTTPMessage, consumed: int) -> Step:
 
 
 def _start_body(s: _Stream, frame: HTTPMessage, head_len: int, body: Body, length: int) -> Step:
+    if frame.body is not None and body in _READ_INSTEAD:
+        return _start_reading(s, frame, head_len, body, length)
     if body is Body.LENGTH:
         # skipped by length: the body need not have been captured
         frame.body_size = length
@@ -380,7 +406,8 @@ def _start_body(s: _Stream, frame: HTTPMessage, head_len: int, body: Body, lengt
     return NEED, None, head_len
 
 
-def _chunk(buf, s: _Stream) -> Step:
+def _chunk(buf, s: _Stream, *_) -> Step:
+    """A chunk-size line; the chunk's data is skipped by length, or read when kept."""
     line = _LF.search(buf, 0, MAX_CHUNK_LINE)
     if line is None:
         return (INVALID if len(buf) >= MAX_CHUNK_LINE else NEED), None, 0
@@ -393,12 +420,15 @@ def _chunk(buf, s: _Stream) -> Step:
     else:
         s.frame.chunks += 1
         s.frame.body_size += size
-        consumed += size + 2  # data and its CRLF, skipped by length like any body
+        if s.frame.body is not None:
+            s.body, s.remaining = Body.READ_CHUNK, size
+        else:
+            consumed += size + 2  # data and its CRLF, skipped by length like any body
     s.size += consumed
     return NEED, None, consumed
 
 
-def _trailers(buf, s: _Stream) -> Step:
+def _trailers(buf, s: _Stream, *_) -> Step:
     if len(buf) < 2:
         return NEED, None, 0
     if buf[:2] == b"\r\n":
@@ -409,7 +439,7 @@ def _trailers(buf, s: _Stream) -> Step:
     return _complete(s, s.frame, end.end())
 
 
-def _until_close(buf, s: _Stream) -> Step:
+def _until_close(buf, s: _Stream, *_) -> Step:
     # The close ends it: let the tracker skip every byte to there, lost ones included.
     # Its length is known only then, to the tracker (frame.size): see body_bytes.
     s.frame.body_size = None
@@ -417,7 +447,80 @@ def _until_close(buf, s: _Stream) -> Step:
     return NEED, None, UNTIL_CLOSE
 
 
-_BODY_STEPS = {Body.CHUNKED: _chunk, Body.TRAILERS: _trailers, Body.UNTIL_CLOSE: _until_close}
+# --- bodies a layer wants: read into timed pieces, lost bytes stepped over ---------------
+
+_READ_INSTEAD = {Body.LENGTH: Body.READ_LENGTH, Body.CHUNKED: Body.CHUNKED,
+                 Body.UNTIL_CLOSE: Body.READ_UNTIL_CLOSE}
+
+
+def _start_reading(s: _Stream, frame: HTTPMessage, head_len: int, body: Body,
+                   length: int) -> Step:
+    frame.body_size = length if body is Body.LENGTH else 0
+    if body is Body.LENGTH and length == 0:
+        return _complete(s, frame, head_len)
+    if body is Body.UNTIL_CLOSE:
+        frame.body_size = None
+        frame.close_head = s.size + head_len
+    s.frame, s.body, s.remaining = frame, _READ_INSTEAD[body], length
+    s.size += head_len
+    return NEED, None, head_len
+
+
+def _keep(buf, s: _Stream, state: HTTP1State, direction: Direction, n: int) -> None:
+    # the piece is timed by its first byte: buf[0] (when the write was made / read returned)
+    s.frame.body.add(bytes(buf[:n]), state.time_at(direction, 0))  # type: ignore[union-attr]
+
+
+def _read_length(buf, s: _Stream, state: HTTP1State, direction: Direction) -> Step:
+    n = min(len(buf), s.remaining)
+    if n:
+        _keep(buf, s, state, direction, n)
+        s.remaining -= n
+    if s.remaining == 0:
+        return _complete(s, s.frame, n)
+    s.size += n
+    return NEED, None, n
+
+
+def _read_chunk(buf, s: _Stream, state: HTTP1State, direction: Direction) -> Step:
+    n = min(len(buf), s.remaining)
+    if n:
+        _keep(buf, s, state, direction, n)
+        s.remaining -= n
+    if s.remaining == 0:
+        s.body, s.remaining = Body.CHUNK_END, 2
+    s.size += n
+    return NEED, None, n
+
+
+def _chunk_end(buf, s: _Stream, *_) -> Step:
+    n = min(len(buf), s.remaining)  # the CRLF, taken by length like the skipping path does
+    s.remaining -= n
+    if s.remaining == 0:
+        s.body = Body.CHUNKED
+    s.size += n
+    return NEED, None, n
+
+
+def _read_until_close(buf, s: _Stream, state: HTTP1State, direction: Direction) -> Step:
+    if buf:
+        _keep(buf, s, state, direction, len(buf))
+    s.size += len(buf)
+    return NEED, None, len(buf)
+
+
+_BODY_STEPS = {
+    Body.CHUNKED: _chunk,
+    Body.TRAILERS: _trailers,
+    Body.UNTIL_CLOSE: _until_close,
+    Body.READ_LENGTH: _read_length,
+    Body.READ_CHUNK: _read_chunk,
+    Body.CHUNK_END: _chunk_end,
+    Body.READ_UNTIL_CLOSE: _read_until_close,
+}
+# lost bytes inside these are part of the body: step over them, the message goes on
+_LOSS_TOLERANT = frozenset({Body.READ_LENGTH, Body.READ_CHUNK, Body.CHUNK_END,
+                            Body.READ_UNTIL_CLOSE})
 
 
 # --- the parser's verbs ------------------------------------------------------------------
@@ -439,7 +542,7 @@ def parse(direction: Direction, buf, state: HTTP1State, capture_headers: bool) -
         return NEED, None, UNTIL_CLOSE  # no longer HTTP/1: let every byte go by
     s = state.streams[direction]
     if s.body is not None:
-        return _BODY_STEPS[s.body](buf, s)
+        return _BODY_STEPS[s.body](buf, s, state, direction)
     if not buf:
         return NEED, None, 0
     head = _request_head if direction == state.requests else _response_head
@@ -448,7 +551,7 @@ def parse(direction: Direction, buf, state: HTTP1State, capture_headers: bool) -
 
 def resync(direction: Direction, buf, state: HTTP1State) -> int | None:
     s = state.streams[direction]
-    if state.tunnel or s.body is Body.UNTIL_CLOSE:
+    if state.tunnel or s.body in (Body.UNTIL_CLOSE, Body.READ_UNTIL_CLOSE):
         return 0  # lost bytes are just more of what only the close can end
     # Sent entries stay: a request whose body was lost still gets an answer, which
     # must take its index (stitch then drops it) rather than the next request's.
@@ -466,6 +569,23 @@ def resync(direction: Direction, buf, state: HTTP1State) -> int | None:
 def finish(direction: Direction, state: HTTP1State) -> HTTPMessage | None:
     state.closed = True  # finish is called at close, before the last stitch
     s = state.streams[direction]
-    if s.body is not Body.UNTIL_CLOSE or state.tunnel:
+    if s.body not in (Body.UNTIL_CLOSE, Body.READ_UNTIL_CLOSE) or state.tunnel:
         return None
     return _complete(s, s.frame, 0)[1]
+
+
+def skip_lost(direction: Direction, lost: int, state: HTTP1State) -> bool:
+    """Bytes lost inside a body being read are part of it, when it has room for them."""
+    s = state.streams[direction]
+    if s.body not in _LOSS_TOLERANT or state.tunnel:
+        return False
+    if s.body is not Body.READ_UNTIL_CLOSE:
+        if lost > s.remaining:
+            return False  # the message ended inside the lost bytes: find the next one
+        s.remaining -= lost
+    if s.body is not Body.CHUNK_END:  # payload bytes, not chunk framing
+        s.frame.body.skip(lost)  # type: ignore[union-attr]
+    if s.body is Body.READ_CHUNK and s.remaining == 0:
+        s.body, s.remaining = Body.CHUNK_END, 2
+    s.size += lost
+    return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from ..base import AttributeValue, ConnInfo, NeutralSpan, Role, SpanKind, StatusCode
+from ..layers import HTTPExchange, apply_layer
 from .parse import HTTPRequest, HTTPResponse, is_secret
 from .stitch import HTTPRecord
 
@@ -33,21 +34,45 @@ def to_spans(record: HTTPRecord, conn: ConnInfo, capture_headers: bool = False) 
     status, error = _status(record, kind)
     if error:
         attrs["error.type"] = error
-    return [
-        NeutralSpan(
-            name=name,
-            kind=kind,
-            start_ns=request.start_ns,
-            end_ns=(response or request).end_ns,
-            conn=conn,
-            attributes=attrs,
-            status=status,
-            protocol=PROTOCOL,
-            request_seq=request.tcp_seq,
-            request_pos=request.stream_pos,
-            response_seq=response.tcp_seq if response is not None else None,
-        )
-    ]
+    span = NeutralSpan(
+        name=name,
+        kind=kind,
+        start_ns=request.start_ns,
+        end_ns=(response or request).end_ns,
+        conn=conn,
+        attributes=attrs,
+        status=status,
+        protocol=PROTOCOL,
+        request_seq=request.tcp_seq,
+        request_pos=request.stream_pos,
+        response_seq=response.tcp_seq if response is not None else None,
+    )
+    if request.layer is not None:
+        apply_layer(request.layer, _exchange(record, conn, kind), span)
+    return [span]
+
+
+def _exchange(record: HTTPRecord, conn: ConnInfo, kind: SpanKind) -> HTTPExchange:
+    request, response = record.request, record.response
+    server = kind == SpanKind.SERVER
+    return HTTPExchange(
+        role=Role.SERVER if server else Role.CLIENT,
+        method=request.method,
+        target=request.target,
+        host=request.host,
+        scheme="http",
+        request_content_type=request.content_type,
+        request_body=request.body,
+        status=response.status if response is not None else None,
+        response_content_type=response.content_type if response is not None else "",
+        response_body=response.body if response is not None else None,
+        start_ns=request.start_ns,
+        request_end_ns=request.end_ns,
+        response_start_ns=response.start_ns if response is not None else None,
+        end_ns=(response or request).end_ns,
+        server_address=conn.local_addr if server else conn.remote_addr,
+        server_port=conn.local_port if server else conn.remote_port,
+    )
 
 
 def _method(method: str, attrs: Attributes) -> str:

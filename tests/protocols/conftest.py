@@ -22,14 +22,15 @@ class ConnectionDriver:
     as the parser's stitch returns them."""
 
     def __init__(
-        self, parser: ProtocolParser, conn: ConnInfo, *, midstream: bool = False, step_ns: int = 1000
+        self, parser: ProtocolParser, conn: ConnInfo, *, midstream: bool = False, step_ns: int = 1000,
+        layers: tuple = (),
     ) -> None:
         self.parser, self.conn = parser, conn
+        self.registry = Registry([parser], layers)  # hands the layers to the parser
         self.connection = Connection(conn, tcp=True)
         self.connection.adopt(parser, conn.role)
         if midstream:  # capture began inside the stream: both directions start by resyncing
             self.connection.resync = [True, True]
-        self.registry = Registry([parser])
         self.stats = Stats()
         self.pos = {d: 0 for d in Direction}
         self.records: list[Record] = []
@@ -48,15 +49,18 @@ class ConnectionDriver:
     def resyncs(self) -> int:
         return self.stats.total("parse.errors") + self.stats.total("gaps")
 
-    def feed(self, direction: Direction, captured: bytes, gap: int = 0, at: int | None = None) -> None:
-        """One syscall's worth: `captured` bytes, then `gap` more the kernel did not capture."""
+    def feed(self, direction: Direction, captured: bytes, gap: int = 0, at: int | None = None,
+             tail: bytes = b"") -> None:
+        """One syscall's worth: `captured` bytes, then `gap` more the kernel did not capture,
+        then `tail`: the message's last bytes, which a wide capture sends too."""
         self.now = self.now + self.step_ns if at is None else at
-        if captured or gap:
+        if captured or gap or tail:
             pos = self.pos[direction]
-            self.connection.on_data(direction, pos, len(captured) + gap, captured, self.now,
+            size = len(captured) + gap + len(tail)
+            self.connection.on_data(direction, pos, size, captured, self.now,
                                     self.now, (ISN[direction] + pos) % 2**32, self.registry,
-                                    self.stats)
-            self.pos[direction] += len(captured) + gap
+                                    self.stats, tail=tail)
+            self.pos[direction] += size
         self.stitch(self.now)
 
     def tick(self, at: int) -> None:

@@ -28,13 +28,15 @@ int main(void) {
     O(data_event, exit_ns); O(data_event, pos); O(data_event, msg_len);
     O(data_event, tcp_seq); O(data_event, direction); O(data_event, peer);
     O(data_event, task); O(task_event, task); O(task_event, parent);
-    O(conn_close_event, bytes_sent);
+    O(conn_close_event, bytes_sent); O(data_event, tail_len);
+    O(agent_config, wide_capture); O(agent_config, wide_keys);
     printf("ABI_VERSION %d\nMAX_CAPTURE %d\nCOMM_LEN %d\nCNT_MAX %d\nMAX_TARGETS %d\n",
            ABI_VERSION, MAX_CAPTURE, COMM_LEN, CNT_MAX, MAX_TARGETS);
+    printf("MAX_WIDE_KEYS %d\nCNT_WIDENED %d\n", MAX_WIDE_KEYS, CNT_WIDENED);
     printf("EV %d %d %d %d %d\n", EV_CONN_OPEN, EV_CONN_CLOSE, EV_DATA, EV_PROC_EXIT,
            EV_TASK_NEW);
-    printf("F %d %d %d %d %d %d\n", CONN_F_STREAM, CONN_F_UNIX, CONN_F_TCP,
-           CONN_F_PREEXISTING, DATA_F_TRUNCATED, DATA_F_HAS_PEER);
+    printf("F %d %d %d %d %d %d %d\n", CONN_F_STREAM, CONN_F_UNIX, CONN_F_TCP,
+           CONN_F_PREEXISTING, DATA_F_TRUNCATED, DATA_F_HAS_PEER, DATA_F_WIDE);
     return 0;
 }
 """
@@ -78,6 +80,9 @@ def test_offsets(c_layout):
     assert int(c_layout["data_event.msg_len"]) == h + k + 16
     assert int(c_layout["data_event.tcp_seq"]) == h + k + 24
     assert int(c_layout["data_event.direction"]) == h + k + 28
+    assert int(c_layout["data_event.tail_len"]) == h + k + 30
+    assert int(c_layout["agent_config.wide_capture"]) == 8 * 4
+    assert int(c_layout["agent_config.wide_keys"]) == 12 * 4
     assert int(c_layout["data_event.peer"]) == abi.DATA.size - a - 8
     assert int(c_layout["data_event.task"]) == abi.DATA.size - 8
     assert int(c_layout["task_event.task"]) == h + 8
@@ -95,7 +100,9 @@ def test_constants(c_layout):
                                                        abi.EV_TASK_NEW)]
     assert c_layout["F"].split() == [str(v) for v in (
         abi.CONN_F_STREAM, abi.CONN_F_UNIX, abi.CONN_F_TCP, abi.CONN_F_PREEXISTING,
-        abi.DATA_F_TRUNCATED, abi.DATA_F_HAS_PEER)]
+        abi.DATA_F_TRUNCATED, abi.DATA_F_HAS_PEER, abi.DATA_F_WIDE)]
+    assert int(c_layout["MAX_WIDE_KEYS"]) == abi.MAX_WIDE_KEYS
+    assert abi.COUNTER_NAMES[int(c_layout["CNT_WIDENED"])] == "widened"
 
 
 def test_decode_roundtrip():
@@ -111,11 +118,19 @@ def test_decode_roundtrip():
 
     payload = b"GET / HTTP/1.1\r\n"
     data_rec = abi.DATA.pack(abi.EV_DATA, 44, 2000, *key, 2100, 10, 100, len(payload), 99, 0,
-                             abi.DATA_F_TRUNCATED, bytes(16), 0, 0, 0xABC) + payload
+                             abi.DATA_F_TRUNCATED, 0, bytes(16), 0, 0, 0xABC) + payload
     ev = abi.decode(data_rec)
     assert isinstance(ev, abi.DataEvent)
     assert ev.payload == payload and ev.msg_len == 100 and ev.truncated and ev.pos == 10
-    assert ev.peer is None and ev.tcp_seq == 99 and ev.task == 0xABC
+    assert ev.peer is None and ev.tcp_seq == 99 and ev.task == 0xABC and ev.tail == b""
+
+    # a wide message: its prefix, then its last bytes
+    tail = b'"model":"m"}'
+    wide = abi.DATA.pack(abi.EV_DATA, 44, 2000, *key, 2100, 0, 5000, len(payload) + len(tail),
+                         0, 0, abi.DATA_F_TRUNCATED | abi.DATA_F_WIDE, len(tail), bytes(16), 0,
+                         0, 0) + payload + tail
+    ev = abi.decode(wide)
+    assert ev.payload == payload and ev.tail == tail and ev.truncated
 
 
 @pytest.mark.parametrize("record", [b"", b"\x09" + bytes(100), b"\x03" + bytes(10)])
