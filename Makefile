@@ -3,6 +3,10 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
+# a real vector DB for the tests, in a venv of its own: chromadb pulls uvloop, which would
+# silently change the event loop of every uvicorn peer in the main venv
+CHROMA_VENV := .venv-chroma
+CHROMADB := chromadb==1.5.9
 PY := $(VENV)/bin/python
 APT_PACKAGES := clang llvm libbpf-dev libbpf1 bpftool libelf-dev libelf1 make curl libcap2-bin util-linux python3-venv
 CONFIG ?= config/default.yaml
@@ -13,7 +17,7 @@ PYTEST_ARGS ?=
 run: install
 	$(VENV)/bin/otel-ebpf run -c $(CONFIG)
 
-test: install
+test: install $(CHROMA_VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 check: install
@@ -39,9 +43,15 @@ $(VENV)/.installed: pyproject.toml setup.py
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
+$(CHROMA_VENV)/.installed:
+	$(PYTHON) -m venv $(CHROMA_VENV)
+	$(CHROMA_VENV)/bin/python -m pip install -q --upgrade pip
+	$(CHROMA_VENV)/bin/python -m pip install -q '$(CHROMADB)'
+	touch $@
+
 bpf:
 	$(MAKE) -C bpf
 
 clean:
 	$(MAKE) -C bpf clean
-	rm -rf $(VENV) *.egg-info
+	rm -rf $(VENV) $(CHROMA_VENV) *.egg-info

@@ -19,6 +19,7 @@ from otel_ebpf.export.factory import (
     export_ports,
 )
 from otel_ebpf.export.pipeline import MetricsPipeline, TracePipeline
+from otel_ebpf.export.span_metrics import SpanMetrics, gather_instruments
 from otel_ebpf.kernel.abi import ConnOpen, ProcessExit
 from otel_ebpf.kernel.libbpf import LibbpfLog
 from otel_ebpf.kernel.socket_tracer import CaptureSettings, SocketTracer
@@ -33,7 +34,7 @@ READY_LINE = "otel-ebpf ready"
 SWEEP_INTERVAL_S = 1.0
 
 
-def capture_settings(cfg: Config) -> CaptureSettings:
+def capture_settings(cfg: Config, wide_prefixes: tuple[str, ...] = ()) -> CaptureSettings:
     r = cfg.receiver
     exporters = {**cfg.exporters_for("traces"), **cfg.exporters_for("metrics")}
     return CaptureSettings(
@@ -45,6 +46,9 @@ def capture_settings(cfg: Config) -> CaptureSettings:
         process_names=r.targets.process_names,
         ports=r.targets.ports,
         ignored_ports=tuple(sorted(export_ports(exporters))),
+        wide_prefixes=wide_prefixes,
+        wide_capture=r.capture_llm_max_bytes,
+        tail_capture=min(r.capture_llm_tail_bytes, r.capture_llm_max_bytes),
     )
 
 
@@ -85,6 +89,12 @@ class Agent:
         )
         self.metrics = MetricsPipeline(metric_exporters, self.stats,
                                        cfg.telemetry.metrics_interval_s)
+        # the same exporter objects as self.metrics: exported from two threads (the OTLP and
+        # file exporters take that), shut down by self.metrics alone
+        instruments = gather_instruments(
+            [*self.registry.parsers, *getattr(self.registry, "layers", ())])
+        self.span_metrics = SpanMetrics(metric_exporters, instruments, self.resources,
+                                        self.stats, cfg.telemetry.metrics_interval_s)
         self.libbpf_log = LibbpfLog()
         self.tracer: SocketTracer | None = None
         self._primed: set[int] = set()
@@ -101,7 +111,8 @@ class Agent:
         signal.signal(signal.SIGTERM, handler)
 
     def start(self) -> None:
-        self.tracer = SocketTracer(capture_settings(self.cfg), self.libbpf_log)
+        self.tracer = SocketTracer(capture_settings(self.cfg, self.registry.wide_prefixes()),
+                                   self.libbpf_log)
         if self.cfg.receiver.correlation_asyncio_tasks:
             self.tracer.asyncio.scan_all()
         log.info("attached %d programs; parsers: %s", self.tracer.programs,
@@ -147,6 +158,7 @@ class Agent:
                     self.tracer.asyncio.scan([ev.key[0]])
             elif type(ev) is ProcessExit:
                 self._primed.discard(ev.pid)
+                self.span_metrics.forget(ev.pid)
 
     def _emit(self, spans: list) -> None:
         if not spans:
@@ -156,6 +168,7 @@ class Agent:
         if timed_out:
             self.stats.add("records.timed_out", timed_out)
         self.traces.submit(spans)
+        self.span_metrics.record(spans)
 
     def _update_kernel_counters(self) -> None:
         assert self.tracer is not None
@@ -170,6 +183,7 @@ class Agent:
             self.tracer.close()
             self.tracer = None
         self.traces.shutdown()
+        self.span_metrics.shutdown()
         self.metrics.shutdown()
 
     def summary(self) -> dict[str, int]:

@@ -477,7 +477,12 @@ _TARGETS = _Map(
 _RECEIVER = _Map(
     {
         "targets": _TARGETS,
-        "capture": _Map({"max_bytes": _Int(1, 65536, 4096)}),
+        "capture": _Map({
+            "max_bytes": _Int(1, 65536, 4096),
+            # connections that call an LLM API (the request paths the enabled layers name)
+            "llm_max_bytes": _Int(0, 65536, 16384),
+            "llm_tail_bytes": _Int(0, 65536, 4096),
+        }),
         "ring_buffer": _Map(
             {
                 "size_mib": _Int(1, 1024, 16, power_of_two=True),
@@ -504,7 +509,7 @@ _RECEIVER = _Map(
             {
                 "enabled": _List(
                     _Str(expected="a protocol name"), "a list of protocol names",
-                    ("http1", "http2"),
+                    ("http1", "http2", "llm", "vectordb"),
                 ),
                 "http1": _Map(
                     {
@@ -990,6 +995,8 @@ class Targets:
 class EbpfReceiver:
     targets: Targets = Targets()
     capture_max_bytes: int = _D["capture"]["max_bytes"]
+    capture_llm_max_bytes: int = _D["capture"]["llm_max_bytes"]
+    capture_llm_tail_bytes: int = _D["capture"]["llm_tail_bytes"]
     ring_buffer_size_mib: int = _D["ring_buffer"]["size_mib"]
     poll_interval_s: float = _D["ring_buffer"]["poll_interval"]
     wakeup_fill_percent: int = _D["ring_buffer"]["wakeup_fill_percent"]
@@ -1069,6 +1076,8 @@ def _build(tree: dict) -> Config:
         receiver=EbpfReceiver(
             targets=Targets(**{k: tuple(v) for k, v in e["targets"].items()}),
             capture_max_bytes=e["capture"]["max_bytes"],
+            capture_llm_max_bytes=e["capture"]["llm_max_bytes"],
+            capture_llm_tail_bytes=e["capture"]["llm_tail_bytes"],
             ring_buffer_size_mib=e["ring_buffer"]["size_mib"],
             poll_interval_s=e["ring_buffer"]["poll_interval"],
             wakeup_fill_percent=e["ring_buffer"]["wakeup_fill_percent"],

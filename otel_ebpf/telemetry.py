@@ -27,6 +27,10 @@ COUNTERS: dict[str, tuple[str, str]] = {
     "spans.exported": ("{span}", "Spans an exporter delivered"),
     "spans.failed": ("{span}", "Spans an exporter gave up on after retries"),
     "spans.dropped": ("{span}", "Spans dropped because an export queue was full"),
+    "metrics.measurements_dropped": ("{measurement}", "Span measurements not recorded, by reason "
+                                     "(undeclared_instrument, invalid_value, series_limit)"),
+    "metrics.exports_failed": ("{export}", "Span-metric exports that failed, timed out or were "
+                               "skipped (exporter still busy), by exporter and reason"),
 }
 
 

@@ -18,6 +18,7 @@ from ..base import (
 )
 from ..http1 import _flag
 from ..http1.parse import CONTEXT_HEADERS
+from ..layers import HTTPLayer
 from . import parse as _parse
 from .parse import MAX_STREAMS, H2Message, H2Request, H2Response, HTTP2State
 from .spans import to_spans
@@ -48,12 +49,17 @@ class HTTP2Parser(ProtocolParser):
             raise ValueError(f"http2: max_streams must be >= 1, got {self.max_streams}")
         extra = self.options.get("correlation_headers", ["x-request-id"])
         self.carrier_names = CONTEXT_HEADERS | {str(h).lower() for h in extra}
+        self.layers: tuple[HTTPLayer, ...] = ()
 
     def infer(self, direction: Direction, head: bytes, conn: ConnInfo) -> Role | None:
         return _parse.infer(direction, head, conn)
 
     def new_state(self, conn: ConnInfo) -> HTTP2State:
-        return HTTP2State(conn, self.carrier_names, self.capture_headers, self.max_streams)
+        return HTTP2State(conn, self.carrier_names, self.capture_headers, self.max_streams,
+                          self.layers)
+
+    def use_layers(self, layers: tuple[HTTPLayer, ...]) -> None:
+        self.layers = layers
 
     def parse(
         self, direction: Direction, buf: memoryview, state: HTTP2State

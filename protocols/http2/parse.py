@@ -19,9 +19,9 @@ request and every frame of the other for a response. So:
   HEADERS' first byte (exact: the parser counts every byte), and unless the lead came in
   the same syscall as the HEADERS, start_ns becomes the time of the HEADERS' last byte
   and the thread and task are cleared (unknown, never another write's).
-- DATA is never waited for: what the buffer holds is read (gRPC message prefixes), the
-  rest is skipped by length, so payload beyond the capture costs nothing and never loses
-  the framing. Header blocks (HEADERS/PUSH_PROMISE + CONTINUATION) are decoded whole, all
+- DATA is never waited for: what the buffer holds is read (gRPC message prefixes, and the
+  body pieces of a stream a layer wants, timed by their first byte), the rest is skipped by
+  length, so payload beyond the capture costs nothing and never loses the framing. Header blocks (HEADERS/PUSH_PROMISE + CONTINUATION) are decoded whole, all
   of them, pushed streams included, to keep each direction's HPACK table in step.
 """
 
@@ -34,6 +34,7 @@ from hyperframe.exceptions import HyperframeError
 from hyperframe.frame import Frame as WireFrame
 
 from ..base import ConnInfo, Direction, Frame, ParseResult, ParserState, Role
+from ..layers import Body, HTTPLayer, first_wanting
 from ..http1.parse import CONTEXT_HEADERS, is_secret
 from . import frames as f
 from .grpc import Messages
@@ -63,6 +64,9 @@ class H2Message(Frame):
         self.exchange = self.stream_id  # correlate/ pairs a stream's response with its request
     data_size: int = 0  # DATA payload bytes, padding excluded, captured or not
     messages: Messages = field(default_factory=Messages)  # gRPC length-prefixed messages
+    # the layer that wants this stream, and the body read for it (else DATA is only counted)
+    layer: HTTPLayer | None = None
+    body: Body | None = None
     ended: bool = False  # END_STREAM seen
     # byte counts of the direction (see `lead`): where the tracker began timing this frame,
     # where the message's first HEADERS began, and whether both came in one syscall
@@ -163,12 +167,14 @@ class HTTP2State(ParserState):
     __slots__ = (
         "carrier_names", "capture_headers", "max_streams", "requests", "sides", "streams",
         "last_request_id", "goaway", "closed", "waiting", "last_ns", "orphan_responses",
-        "streams_dropped", "malformed_blocks",
+        "streams_dropped", "malformed_blocks", "layers",
     )
 
     def __init__(self, conn: ConnInfo, carrier_names: frozenset[str] = CONTEXT_HEADERS,
-                 capture_headers: bool = False, max_streams: int = MAX_STREAMS) -> None:
+                 capture_headers: bool = False, max_streams: int = MAX_STREAMS,
+                 layers: tuple[HTTPLayer, ...] = ()) -> None:
         super().__init__(conn)
+        self.layers = layers
         self.carrier_names = carrier_names
         self.capture_headers = capture_headers
         self.max_streams = max_streams
@@ -308,7 +314,7 @@ def _frames(direction: Direction, buf, pos: int, state: HTTP2State, side: _Side)
         if h.type == f.DATA:
             if h.flags & f.PADDED and h.length and pos + f.HEADER_LEN >= n:
                 break  # its pad length (the first payload byte) tells the data's size
-            message = _data(buf, pos, h, state, requests)
+            message = _data(direction, buf, pos, h, state, requests)
             pos = end
             if message is not None:
                 emitted = message
@@ -338,7 +344,8 @@ def _frames(direction: Direction, buf, pos: int, state: HTTP2State, side: _Side)
 # --- frame types -------------------------------------------------------------------------
 
 
-def _data(buf, pos: int, h: f.Head, state: HTTP2State, requests: bool) -> H2Message | None:
+def _data(direction: Direction, buf, pos: int, h: f.Head, state: HTTP2State, requests: bool
+          ) -> H2Message | None:
     """A DATA frame, read as far as buf holds it; returns the response it ends."""
     stream = state.streams.get(h.stream)
     if stream is None:
@@ -353,7 +360,12 @@ def _data(buf, pos: int, h: f.Head, state: HTTP2State, requests: bool) -> H2Mess
         body += 1
     message.size += f.HEADER_LEN + h.length
     message.data_size += size
-    message.messages.feed(buf[body : min(body + size, len(buf))], size)
+    captured = buf[body : min(body + size, len(buf))]
+    message.messages.feed(captured, size)
+    if message.body is not None:
+        message.body.add(bytes(captured), state.time_at(direction, body))
+        if len(captured) < size:
+            message.body.skip(size - len(captured))
     if h.flags & f.END_STREAM:
         return _end(state, h.stream, message, requests)
     return None
@@ -473,8 +485,12 @@ def _request_block(state: HTTP2State, side: _Side, fields: list[Field]) -> H2Mes
         return None  # not a request we can follow (a pushed or a forgotten stream)
     if flags & f.END_STREAM and not known.keys() & _REQUEST_PSEUDO:
         return None  # trailers of a request sent before capture began
+    method, path = known.get(":method"), known.get(":path")
+    layer = first_wanting(state.layers, method, path) if state.layers and method and path \
+        else None
     request = H2Request(
-        stream_id=stream_id, method=known.get(":method"), path=known.get(":path"),
+        layer=layer, body=None if layer is None else Body(limit=layer.body_limit),
+        stream_id=stream_id, method=method, path=path,
         scheme=known.get(":scheme"), authority=known.get(":authority"),
         ended=bool(flags & f.END_STREAM), size=side.block_wire,
         head=side.block_head, head_epoch=side.epoch,
@@ -500,8 +516,10 @@ def _response_block(state: HTTP2State, side: _Side, fields: list[Field]) -> H2Me
         return None
     response = stream.response
     if response is None:
-        response = stream.response = H2Response(stream_id=stream_id, head=side.block_head,
-                                                head_epoch=side.epoch)
+        layer = stream.request.layer
+        response = stream.response = H2Response(
+            stream_id=stream_id, head=side.block_head, head_epoch=side.epoch, layer=layer,
+            body=None if layer is None else Body(limit=layer.body_limit))
         stream.request.response_started = True
     response.size += side.block_wire
     known = _known(fields)

@@ -5,6 +5,7 @@ left out, never guessed: a span may lack its method or path, never carry a wrong
 from __future__ import annotations
 
 from ..base import AttributeValue, ConnInfo, NeutralSpan, Role, SpanKind, StatusCode
+from ..layers import HTTPExchange, apply_layer
 from ..http1.spans import _authority, _connection, _host_port, _method, _status, _url, redact_query
 from . import grpc
 from .frames import error_name
@@ -24,22 +25,53 @@ def to_spans(record: H2Record, conn: ConnInfo, capture_headers: bool = False
     attrs["network.protocol.version"] = "2"
     build = _grpc if _is_grpc(request, response) else _http
     name, status, message = build(record, kind, conn, attrs, capture_headers)
-    return [
-        NeutralSpan(
-            name=name,
-            kind=kind,
-            start_ns=request.start_ns,
-            end_ns=max(record.end_ns, request.start_ns),
-            conn=conn,
-            attributes=attrs,
-            status=status,
-            status_message=message if status == StatusCode.ERROR else "",
-            protocol=PROTOCOL,
-            request_seq=request.tcp_seq,
-            request_pos=request.stream_pos,
-            response_seq=response.tcp_seq if response is not None and response.ended else None,
-        )
-    ]
+    span = NeutralSpan(
+        name=name,
+        kind=kind,
+        start_ns=request.start_ns,
+        end_ns=max(record.end_ns, request.start_ns),
+        conn=conn,
+        attributes=attrs,
+        status=status,
+        status_message=message if status == StatusCode.ERROR else "",
+        protocol=PROTOCOL,
+        request_seq=request.tcp_seq,
+        request_pos=request.stream_pos,
+        response_seq=response.tcp_seq if response is not None and response.ended else None,
+    )
+    if request.layer is not None:
+        apply_layer(request.layer, _exchange(record, conn, kind, span.end_ns), span)
+    return [span]
+
+
+def _exchange(record: H2Record, conn: ConnInfo, kind: SpanKind, end_ns: int) -> HTTPExchange:
+    request, response = record.request, record.response
+    server = kind == SpanKind.SERVER
+    answered = response is not None and response.final
+    return HTTPExchange(
+        role=Role.SERVER if server else Role.CLIENT,
+        method=request.method or "",
+        target=request.path or "",
+        host=request.authority or "",
+        scheme=request.scheme or "http",
+        request_content_type=request.content_type or "",
+        request_body=request.body,
+        status=response.status if answered else None,
+        response_content_type=(response.content_type or "") if answered else "",
+        response_body=response.body if answered else None,
+        start_ns=request.start_ns,
+        # the request frame ends with its HEADERS; its body may come later
+        request_end_ns=_last_piece_ns(request) or request.end_ns,
+        response_start_ns=response.start_ns if answered else None,
+        end_ns=end_ns,
+        server_address=conn.local_addr if server else conn.remote_addr,
+        server_port=conn.local_port if server else conn.remote_port,
+    )
+
+
+def _last_piece_ns(message: H2Message) -> int:
+    body = message.body
+    return body.pieces[-1].ns if body is not None and body.pieces else 0
 
 
 def _is_grpc(request: H2Request, response: H2Response | None) -> bool:

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 
 import pytest
 from otel_ebpf.protocols.base import ConnInfo, Direction, NeutralSpan, ProtocolParser, Record, Role
+from otel_ebpf.protocols.layers import HTTPExchange, HTTPLayer
 from otel_ebpf.protocols.registry import Registry
 
 from otel_ebpf.conntrack.connection import FOREVER_NS, Connection
@@ -77,6 +78,21 @@ class ConnectionDriver:
 
     def spans(self) -> list[NeutralSpan]:
         return [span for r in self.records for span in self.parser.to_spans(r, self.conn)]
+
+
+class EchoLayer(HTTPLayer):
+    """A layer that wants /api/ requests, renames their span and keeps the exchange
+    (`seen`) for the test to look at: what the HTTP parsers hand every layer."""
+
+    name = "echo"
+
+    def wants(self, method: str, target: str) -> bool:
+        return target.startswith("/api/")
+
+    def enrich(self, exchange: HTTPExchange, span: NeutralSpan) -> None:
+        span.name = f"echo {exchange.target}"
+        self.seen = exchange
+
 
 
 def conn_info(role: Role = Role.CLIENT, family: str = "ipv4", **kw) -> ConnInfo:

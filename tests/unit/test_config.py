@@ -61,7 +61,7 @@ def test_default_values():
     assert (r.capture_max_bytes, r.ring_buffer_size_mib, r.wakeup_fill_percent) == (4096, 16, 50)
     assert r.poll_interval_s == 0.1 and r.idle_timeout_s == 300.0
     assert r.max_connections == 65536
-    assert r.protocols_enabled == ("http1", "http2")
+    assert r.protocols_enabled == ("http1", "http2", "llm", "vectordb")
     assert r.protocol_options == {"http1": {"response_timeout_s": 30.0, "capture_headers": False}}
     assert c.processors == Processors(512, 1.0, 2048) == Processors()
     assert c.telemetry == Telemetry("info", 10.0) == Telemetry()

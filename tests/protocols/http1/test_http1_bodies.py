@@ -4,26 +4,12 @@ with the layer's enrich called on the finished exchange."""
 from __future__ import annotations
 
 import pytest
-from otel_ebpf.protocols.base import Direction, NeutralSpan, Role
+from otel_ebpf.protocols.base import Direction, Role
 from otel_ebpf.protocols.http1 import HTTP1Parser
-from otel_ebpf.protocols.layers import HTTPExchange, HTTPLayer
 
-from tests.protocols.conftest import ConnectionDriver, conn_info
+from tests.protocols.conftest import ConnectionDriver, EchoLayer, conn_info
 
 OUT, IN = Direction.EGRESS, Direction.INGRESS
-
-
-class EchoLayer(HTTPLayer):
-    """A layer that wants /api/ requests and writes what it was given into attributes."""
-
-    name = "echo"
-
-    def wants(self, method: str, target: str) -> bool:
-        return target.startswith("/api/")
-
-    def enrich(self, exchange: HTTPExchange, span: NeutralSpan) -> None:
-        span.name = f"echo {exchange.target}"
-        self.seen = exchange
 
 
 def _client(layer: EchoLayer) -> ConnectionDriver:

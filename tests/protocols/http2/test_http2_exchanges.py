@@ -4,7 +4,7 @@ byte, one wire frame per syscall, and with garbage after (the `run` fixture's mo
 from __future__ import annotations
 
 from otel_ebpf.protocols.base import Direction, Role
-from otel_ebpf.protocols.http2 import H2Record
+from otel_ebpf.protocols.http2 import H2Record, HTTP2Parser
 
 from .conftest import REQ, RESP, TICK
 from .wire import (
@@ -386,3 +386,49 @@ def test_request_timing_thread_and_position_with_a_lead(driver):
     assert (requests[3].stream_pos, requests[3].tcp_seq) == (pos3, 1_000_000 + pos3)
     pos5 = pos3 + len(req3) + len(ping())
     assert (requests[5].stream_pos, requests[5].tcp_seq) == (pos5, 1_000_000 + pos5)
+
+
+def test_a_layer_gets_the_streams_bodies_as_timed_pieces(tracker_cls, make_conn):
+    from ..conftest import EchoLayer
+
+    layer = EchoLayer()
+    t = tracker_cls(HTTP2Parser(), make_conn(Role.CLIENT), layers=(layer,))
+    client, server = Peer(), Peer()
+    t.feed(REQ_DIR, PREFACE + settings() + client.headers(
+        1, http_request("POST", "/api/chat", extra=[("content-type", "application/json")])),
+        at=100)
+    t.feed(REQ_DIR, data(1, b'{"model":"m"}', end_stream=True), at=150)
+    t.feed(RESP_DIR, settings() + server.headers(
+        1, [(":status", "200"), ("content-type", "text/event-stream")]), at=1_000)
+    t.feed(RESP_DIR, data(1, b"data: a\n\n"), at=2_000)
+    t.feed(RESP_DIR, data(1, b"data: b\n\n") + data(1, b"", end_stream=True), at=2_500)
+    # a stream no layer wants is only counted
+    t.feed(REQ_DIR, client.headers(3, http_request("GET", "/other"), end_stream=True), at=3_000)
+    t.feed(RESP_DIR, server.headers(3, [(":status", "204")], end_stream=True), at=3_100)
+    spans = t.spans()
+    assert [s.name for s in spans] == ["echo /api/chat", "GET"]
+    ex = layer.seen
+    assert ex.request_body.contiguous() == b'{"model":"m"}' and ex.request_end_ns == 150
+    assert ex.request_content_type == "application/json"
+    assert ex.response_content_type == "text/event-stream" and ex.status == 200
+    assert [(p.ns, p.data) for p in ex.response_body.pieces] == [
+        (2_000, b"data: a\n\n"), (2_500, b"data: b\n\n")]
+    assert ex.response_body.complete and ex.response_start_ns == 1_000
+
+
+def test_a_layer_body_beyond_the_capture_is_counted_lost(tracker_cls, make_conn):
+    from ..conftest import EchoLayer
+
+    layer = EchoLayer()
+    t = tracker_cls(HTTP2Parser(), make_conn(Role.CLIENT), layers=(layer,))
+    client, server = Peer(), Peer()
+    body = b'{"messages":"' + b"x" * 5000 + b'"}'
+    frame = data(1, body, end_stream=True)
+    t.feed(REQ_DIR, PREFACE + settings() + client.headers(1, http_request("POST", "/api/x")))
+    t.feed(REQ_DIR, frame[:1009], gap=len(frame) - 1009)
+    t.feed(RESP_DIR, settings() + server.headers(1, [(":status", "200")])
+           + data(1, b"{}", end_stream=True))
+    (span,) = t.spans()
+    req = layer.seen.request_body
+    assert req.size == len(body) and req.lost == len(body) - 1000
+    assert req.contiguous() == body[:1000]

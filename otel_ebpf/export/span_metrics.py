@@ -1,0 +1,354 @@
+"""Span measurements (parsers' and layers' `Measurement`s) as cumulative OTLP histograms,
+one resource per traced process, exported every interval to every metric exporter."""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any
+
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Histogram,
+    HistogramDataPoint,
+    Metric,
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    ResourceMetrics,
+    ScopeMetrics,
+)
+from opentelemetry.sdk.resources import Resource
+
+from otel_ebpf.export.factory import DisabledExporter
+from otel_ebpf.protocols.base import AttributeValue, Instrument, NeutralSpan
+from otel_ebpf.spans.convert import SCOPE, resource_for
+from otel_ebpf.spans.resources import ProcessResources
+from otel_ebpf.telemetry import Stats
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_SERIES = 10_000
+# how long an ended process's series keep taking late spans (its connections' last spans
+# come after the exit event, from the close or the idle sweep) before they are dropped
+DEFAULT_LINGER_S = 5.0
+
+SeriesKey = tuple[str, tuple[tuple[str, str, Any], ...]]
+
+
+def _attributes_key(attributes: Mapping[str, AttributeValue]) -> tuple[tuple[str, str, Any], ...]:
+    # lists are not hashable, as tuples they compare by value; the type keeps True, 1 and
+    # 1.0 (equal in Python, different in OTLP) in series of their own
+    return tuple(
+        sorted(
+            (k, type(v).__name__, tuple(v) if isinstance(v, list) else v)
+            for k, v in attributes.items()
+        )
+    )
+
+
+def gather_instruments(sources: Iterable[Any]) -> dict[str, Instrument]:
+    """The instruments the classes of `sources` (parsers, layers) declare, merged by name.
+
+    A name two classes declare differently keeps the first declaration (logged): a
+    metric has one unit and one set of buckets, whoever records into it.
+    """
+    merged: dict[str, Instrument] = {}
+    owner: dict[str, str] = {}
+    for source in sources:
+        cls = type(source)
+        for name, instrument in (getattr(cls, "instruments", None) or {}).items():
+            if name not in merged:
+                merged[name], owner[name] = instrument, cls.__name__
+            elif merged[name] != instrument:
+                log.error("instrument %s: %s declares %r but %s declared %r first; keeping %s's",
+                          name, cls.__name__, instrument, owner[name], merged[name], owner[name])
+    return merged
+
+
+def _valid_boundaries(name: str, instrument: Instrument) -> bool:
+    bounds = instrument.boundaries
+    if all(math.isfinite(b) for b in bounds) and all(a < b for a, b in pairwise(bounds)):
+        return True
+    log.error("instrument %s: boundaries %r are not finite and strictly increasing; "
+              "its measurements are dropped", name, bounds)
+    return False
+
+
+@dataclass(slots=True)
+class _Series:
+    """One histogram data point's running totals (cumulative since `start_ns`)."""
+
+    start_ns: int
+    attributes: dict[str, AttributeValue]
+    bucket_counts: list[int]
+    count: int = 0
+    sum: float = 0.0
+    min: float = math.inf
+    max: float = -math.inf
+
+    def add(self, value: float, bucket: int) -> None:
+        self.count += 1
+        self.sum += value
+        self.bucket_counts[bucket] += 1
+        if value < self.min:
+            self.min = value
+        if value > self.max:
+            self.max = value
+
+
+@dataclass(slots=True)
+class _Process:
+    """The series recorded against one process resource."""
+
+    series: dict[SeriesKey, _Series] = field(default_factory=dict)
+    ended_at: float | None = None  # monotonic time of forget(), while it lingers
+
+
+class SpanMetrics:
+    """Aggregates the measurements spans carry and exports them as histograms.
+
+    record() is called from the capture loop; a daemon thread exports every interval_s,
+    and shutdown() exports a last time. The exporters are borrowed (the agent's
+    MetricsPipeline uses and shuts down the same objects): they are never shut down here.
+    """
+
+    def __init__(
+        self,
+        exporters: Mapping[str, MetricExporter],
+        instruments: Mapping[str, Instrument],
+        resources: ProcessResources,
+        stats: Stats,
+        interval_s: float = 60.0,
+        *,
+        max_series: int = DEFAULT_MAX_SERIES,
+        export_timeout_s: float = 10.0,
+        linger_s: float = DEFAULT_LINGER_S,
+    ) -> None:
+        self._exporters = {
+            name: exporter
+            for name, exporter in exporters.items()
+            if not isinstance(exporter, DisabledExporter)
+        }
+        self._instruments = {
+            name: instrument
+            for name, instrument in instruments.items()
+            if _valid_boundaries(name, instrument)
+        }
+        self._process_resources = resources
+        self._stats = stats
+        self._interval_s = interval_s
+        self._max_series = max_series
+        self._export_timeout_s = export_timeout_s
+        self._linger_s = linger_s
+
+        self._lock = threading.Lock()
+        self._processes: dict[Resource, _Process] = {}
+        self._pid_resource: dict[int, Resource] = {}
+        self._series_count = 0
+        self._warned: set[str] = set()
+        # one export at a time per exporter: a backend still busy with the last interval's
+        # export is skipped this interval (cumulative data loses nothing by that)
+        self._busy = {name: threading.Lock() for name in self._exporters}
+        self._export_lock = threading.Lock()  # the timer's export and shutdown's, in turn
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        if self._exporters and interval_s > 0:
+            self._thread = threading.Thread(
+                target=self._run, name="otel-ebpf-span-metrics", daemon=True
+            )
+            self._thread.start()
+
+    @property
+    def instruments(self) -> Mapping[str, Instrument]:
+        return self._instruments
+
+    # -- recording (capture loop)
+
+    def record(self, spans: Iterable[NeutralSpan]) -> None:
+        """Add every measurement of `spans` to its series. Never raises on bad measurements:
+        they are counted in `metrics.measurements_dropped{reason}`."""
+        if not self._exporters or self._stopped.is_set():
+            return
+        pending = [span for span in spans if span.measurements]
+        if not pending:
+            return
+        # a pid's resource is read from /proc once, outside the lock
+        resources = self._pid_resource
+        looked_up: dict[int, Resource] = {}
+        for span in pending:
+            pid = span.pid
+            if pid not in resources and pid not in looked_up:
+                if self._series_count >= self._max_series:
+                    continue  # a new process would be refused anyway: spare the /proc reads
+                looked_up[pid] = resource_for(self._process_resources.get(pid, span.conn.comm))
+
+        dropped: dict[str, int] = {}
+        now_ns = time.time_ns()
+        with self._lock:
+            if looked_up:
+                if len(resources) + len(looked_up) > self._max_series:
+                    resources.clear()  # pids that were never forgotten: bound the cache
+                for pid, resource in looked_up.items():
+                    resources.setdefault(pid, resource)
+            for span in pending:
+                resource = resources.get(span.pid)
+                for m in span.measurements:
+                    reason = self._add(resource, m.instrument, m.value, m.attributes, now_ns)
+                    if reason:
+                        dropped[reason] = dropped.get(reason, 0) + 1
+        for reason, n in dropped.items():
+            self._stats.add("metrics.measurements_dropped", n, reason=reason)
+
+    def _add(
+        self,
+        resource: Resource | None,
+        name: str,
+        value: float,
+        attributes: Mapping[str, AttributeValue],
+        now_ns: int,
+    ) -> str | None:
+        """Record one value (the lock held); the reason it was dropped, or None."""
+        instrument = self._instruments.get(name)
+        if instrument is None:
+            if name not in self._warned:
+                self._warned.add(name)
+                log.warning("measurement for undeclared instrument %r dropped", name)
+            return "undeclared_instrument"
+        if not math.isfinite(value) or value < 0:
+            return "invalid_value"  # histograms take non-negative values (OTel API)
+        process = self._processes.get(resource) if resource is not None else None
+        key = (name, _attributes_key(attributes))
+        series = process.series.get(key) if process is not None else None
+        if series is None:
+            if resource is None or self._series_count >= self._max_series:
+                return "series_limit"
+            if process is None:
+                process = self._processes[resource] = _Process()
+            series = process.series[key] = _Series(
+                now_ns, dict(attributes), [0] * (len(instrument.boundaries) + 1)
+            )
+            self._series_count += 1
+        # bucket i holds (bounds[i-1], bounds[i]]: upper bounds are inclusive
+        series.add(value, bisect.bisect_left(instrument.boundaries, value))
+        return None
+
+    def forget(self, pid: int) -> None:
+        """The process ended: its series are exported once more (after linger_s, which late
+        spans still reach) and then dropped; a new process with this pid is looked up anew."""
+        with self._lock:
+            resource = self._pid_resource.pop(pid, None)
+            process = self._processes.get(resource) if resource is not None else None
+            if process is not None and process.ended_at is None:
+                process.ended_at = time.monotonic()
+
+    # -- collecting and exporting
+
+    def collect(self) -> MetricsData | None:
+        """Every series as it stands, one ResourceMetrics per process; None when there is
+        none. Ended processes past their linger are included one last time and dropped."""
+        now_ns = time.time_ns()
+        now = time.monotonic()
+        resource_metrics: list[ResourceMetrics] = []
+        with self._lock:
+            for resource, process in list(self._processes.items()):
+                by_instrument: dict[str, list[HistogramDataPoint]] = {}
+                for (name, _), s in process.series.items():
+                    by_instrument.setdefault(name, []).append(
+                        HistogramDataPoint(
+                            attributes=dict(s.attributes),
+                            start_time_unix_nano=s.start_ns,
+                            time_unix_nano=now_ns,
+                            count=s.count,
+                            sum=s.sum,
+                            bucket_counts=list(s.bucket_counts),
+                            explicit_bounds=list(self._instruments[name].boundaries),
+                            min=s.min,
+                            max=s.max,
+                        )
+                    )
+                metrics = [
+                    Metric(
+                        name=name,
+                        description=self._instruments[name].description,
+                        unit=self._instruments[name].unit,
+                        data=Histogram(points, AggregationTemporality.CUMULATIVE),
+                    )
+                    for name, points in by_instrument.items()
+                ]
+                resource_metrics.append(
+                    ResourceMetrics(resource, [ScopeMetrics(SCOPE, metrics, "")], "")
+                )
+                if process.ended_at is not None and now - process.ended_at >= self._linger_s:
+                    del self._processes[resource]
+                    self._series_count -= len(process.series)
+                    # a late span may have cached the pid again: a new process reusing it
+                    # must be looked up, not take this one's resource
+                    pid = resource.attributes.get("process.pid")
+                    if isinstance(pid, int) and self._pid_resource.get(pid) == resource:
+                        del self._pid_resource[pid]
+        if not resource_metrics:
+            return None
+        return MetricsData(resource_metrics)
+
+    def export(self) -> None:
+        """Collect and export to every exporter, each on its own thread for at most
+        export_timeout_s; failures, timeouts and skips count in `metrics.exports_failed`."""
+        with self._export_lock:
+            data = self.collect()
+            if data is None:
+                return
+            results: dict[str, str] = {}
+            threads = [
+                threading.Thread(target=self._export_one, args=(name, data, results), daemon=True)
+                for name in self._exporters
+            ]
+            for t in threads:
+                t.start()
+            # one deadline for all: a hung backend costs the others nothing, several hung
+            # ones cost export_timeout_s in all, not each
+            deadline = time.monotonic() + self._export_timeout_s
+            for t in threads:
+                t.join(max(deadline - time.monotonic(), 0.0))
+            for name in self._exporters:
+                outcome = results.get(name, "timeout")  # still running: it ends on its own
+                if outcome != "ok":
+                    self._stats.add("metrics.exports_failed", 1, exporter=name, reason=outcome)
+
+    def _export_one(self, name: str, data: MetricsData, results: dict[str, str]) -> None:
+        busy = self._busy[name]
+        if not busy.acquire(blocking=False):
+            results[name] = "busy"
+            return
+        try:
+            result = self._exporters[name].export(
+                data, timeout_millis=self._export_timeout_s * 1000
+            )
+            results[name] = "ok" if result is MetricExportResult.SUCCESS else "failure"
+        except Exception:  # an exporter's bug must not stop the next interval's export
+            log.exception("span metrics: exporter %s raised", name)
+            results[name] = "failure"
+        finally:
+            busy.release()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self._interval_s):
+            try:
+                self.export()
+            except Exception:  # keep exporting next interval
+                log.exception("span metrics: export failed")
+
+    def shutdown(self) -> None:
+        """Stop the timer and export a last time. Later record() calls are ignored."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join(self._export_timeout_s + 1.0)
+        self.export()
