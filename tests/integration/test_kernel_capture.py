@@ -124,3 +124,29 @@ def test_the_agent_never_traces_itself():
         assert not [e for e in events if getattr(e, "key", (0,))[0] == os.getpid()]
     finally:
         tracer.close()
+
+
+def test_llm_request_widens_its_connection_with_prefix_and_tail():
+    port = free_port()
+    events, counters = capture("llm_request", str(port), ports=(port,), capture_max=1024,
+                               wide_prefixes=("/v1/chat/completions", "/api/chat"),
+                               wide_capture=8192, tail_capture=512)
+    opens = {e.key: e for e in events if isinstance(e, abi.ConnOpen)}
+    first_client = min((k for k, e in opens.items() if e.role == Role.CLIENT), key=lambda k: k[2])
+    sent = [e for e in data(events, Direction.EGRESS) if e.key == first_client]
+    request = sent[0]
+    # the request's own send was copied again, wider, and its last bytes came along
+    assert request.payload.startswith(b"POST /v1/chat/completions ")
+    assert len(request.payload) == 8192 and len(request.tail) == 512
+    assert request.tail.endswith(b'"model":"tail-model"}') and request.truncated
+    assert len(sent[1].payload) == 8192 and sent[1].tail == b"x" * 512
+    # the server read the request: its side was widened by what it read
+    server_reads = [e for e in data(events, Direction.INGRESS)
+                    if opens[e.key].role == Role.SERVER and e.payload.startswith(b"POST")]
+    assert server_reads and len(server_reads[0].payload) > 1024
+    # a GET to the same path does not widen
+    other = [
+        e for e in data(events, Direction.EGRESS)
+        if e.key != first_client and opens[e.key].role == Role.CLIENT]
+    assert other and len(other[0].payload) == 1024 and other[0].tail == b""
+    assert sum(counters["widened"]) == 2  # the client's connection and the server's

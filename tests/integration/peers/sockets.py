@@ -126,9 +126,39 @@ def patient_client(port: int) -> None:
     cli.close()
 
 
+def llm_request(port: int) -> None:
+    """An LLM API call whose head and body come in one 100 kB send (as http.client sends
+    them), then a GET on another connection: the first is widened, the second not."""
+    body = b'{"messages":"' + b"p" * 100_000 + b'","model":"tail-model"}'
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", port))
+    srv.listen()
+    cli = socket.create_connection(("127.0.0.1", port))
+    conn, _ = srv.accept()
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(body)
+    cli.sendall(head + body)
+    got = 0
+    while got < len(head) + len(body):
+        got += len(conn.recv(1 << 20))
+    cli.sendall(b"x" * 30_000)  # later messages of a wide connection are wide too
+    got = 0
+    while got < 30_000:
+        got += len(conn.recv(1 << 20))
+    other = socket.create_connection(("127.0.0.1", port))
+    conn2, _ = srv.accept()
+    get = b"GET /v1/chat/completions HTTP/1.1\r\n\r\n" + b"y" * 30_000
+    other.sendall(get)
+    got = 0
+    while got < len(get):
+        got += len(conn2.recv(1 << 20))
+    for s in (cli, conn, other, conn2, srv):
+        s.close()
+
+
 if __name__ == "__main__":
     kind, arg = sys.argv[1], sys.argv[2]
     fn = {"udp": udp, "mmsg": mmsg, "tcp": tcp_kinds, "fd_reuse": fd_reuse, "unix": unix,
-          "silent_server": silent_server, "patient_client": patient_client}[kind]
+          "silent_server": silent_server, "patient_client": patient_client,
+          "llm_request": llm_request}[kind]
     fn(arg if kind == "unix" else int(arg))
 
