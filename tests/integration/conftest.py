@@ -111,6 +111,40 @@ def read_metrics(path: Path) -> dict[str, int]:
 
 
 @dataclass
+class HistogramPoint:
+    resource: dict
+    attrs: dict
+    count: int
+    sum: float
+    bounds: list[float]
+    buckets: list[int]
+
+
+def read_histograms(path: Path) -> dict[str, list[HistogramPoint]]:
+    """The latest data point of each histogram series (cumulative), by metric name."""
+    latest: dict[tuple, HistogramPoint] = {}
+    if not path.exists():
+        return {}
+    for line in path.read_text().splitlines():
+        for rm in json.loads(line).get("resourceMetrics", []):
+            res = {a["key"]: _value(a["value"]) for a in rm["resource"].get("attributes", [])}
+            for sm in rm.get("scopeMetrics", []):
+                for m in sm.get("metrics", []):
+                    for p in m.get("histogram", {}).get("dataPoints", []):
+                        attrs = {a["key"]: _value(a["value"]) for a in p.get("attributes", [])}
+                        key = (m["name"], json.dumps(res, sort_keys=True),
+                               json.dumps(attrs, sort_keys=True))
+                        latest[key] = HistogramPoint(
+                            res, attrs, int(p.get("count", 0)), float(p.get("sum", 0.0)),
+                            [float(b) for b in p.get("explicitBounds", [])],
+                            [int(c) for c in p.get("bucketCounts", [])])
+    out: dict[str, list[HistogramPoint]] = {}
+    for (name, _, _), point in latest.items():
+        out.setdefault(name, []).append(point)
+    return out
+
+
+@dataclass
 class AgentRun:
     proc: subprocess.Popen
     traces: Path
