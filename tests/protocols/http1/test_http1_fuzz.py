@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from otel_ebpf.protocols.base import Direction, ParseResult, Role
 from otel_ebpf.protocols.http1 import HTTP1Parser
 
+from tests.protocols.conftest import EchoLayer
+
 parser = HTTP1Parser({"capture_headers": True})
 fuzz = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -123,3 +125,54 @@ def test_any_split_gives_the_same_records(tracker_cls, make_conn, picks, out_cut
     tracker.close()
     assert [(r.request.target, r.error) for r in tracker.records] == [(t, None) for t in expected]
     assert tracker.invalid == 0
+
+
+class WantsEverything(EchoLayer):
+    """Reads every body, so the fuzzing reaches the reading paths too."""
+
+    def wants(self, method: str, target: str) -> bool:
+        return True
+
+
+@fuzz
+@given(role=st.sampled_from([Role.CLIENT, Role.SERVER]), midstream=st.booleans(), events=events)
+def test_random_events_through_the_tracker_reading_bodies(tracker_cls, make_conn, role,
+                                                          midstream, events):
+    tracker = tracker_cls(HTTP1Parser(), make_conn(role), midstream=midstream,
+                          layers=(WantsEverything(),))
+    for direction, data, gap in events:
+        tracker.feed(direction, data, gap)
+    tracker.close()
+    for span in tracker.spans():
+        assert span.name.startswith("echo ")
+
+
+BODIES = {"/a": (b"", b"abc"), "/b": (b"body", b""), "/c": (b"", b""), "/d": (b"", b"ab"),
+          "/e": (b"x", b""), "/f": (b"ok", b"!")}
+
+
+@fuzz
+@given(
+    picks=st.lists(st.integers(0, len(EXCHANGES) - 1), min_size=1, max_size=6),
+    out_cuts=st.lists(st.integers(0, 10_000), max_size=20),
+    back_cuts=st.lists(st.integers(0, 10_000), max_size=20),
+)
+def test_any_split_reads_the_same_bodies(tracker_cls, make_conn, picks, out_cuts, back_cuts):
+    layer = WantsEverything()
+    seen = []
+    layer.enrich = lambda exchange, span: seen.append(exchange)
+    tracker = tracker_cls(HTTP1Parser(), make_conn(Role.CLIENT), layers=(layer,))
+    for piece in _split(b"".join(EXCHANGES[i][0] for i in picks), out_cuts):
+        tracker.feed(Direction.EGRESS, piece)
+    for piece in _split(b"".join(EXCHANGES[i][1] for i in picks), back_cuts):
+        tracker.feed(Direction.INGRESS, piece)
+    tracker.close()
+    tracker.spans()
+    assert tracker.invalid == 0
+    got = [(e.target, e.request_body.contiguous(), e.response_body.contiguous()
+            if e.response_body else b"") for e in seen]
+    want = []
+    for i in picks:
+        target = EXCHANGES[i][0].split(b" ")[1].decode()
+        want.append((target, *BODIES[target]))
+    assert got == want
