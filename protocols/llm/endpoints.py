@@ -1,0 +1,130 @@
+"""Which request paths are LLM API calls: the operation and the API dialect a path names."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+OPENAI, ANTHROPIC, OLLAMA = "openai", "anthropic", "ollama"  # API dialects (wire formats)
+DIALECTS = (OPENAI, ANTHROPIC, OLLAMA)
+
+CHAT, TEXT_COMPLETION, EMBEDDINGS = "chat", "text_completion", "embeddings"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """What a recognised path means: the semconv operation and the dialect to decode."""
+
+    operation: str
+    dialect: str
+    # the OpenAI Responses API: its own request and event shapes inside the OpenAI dialect
+    responses_api: bool = False
+
+
+# API-relative endpoint paths of each dialect. The built-in routes are these under "/v1"
+# (OpenAI, Anthropic) or "" (Ollama); configured prefixes reuse them as path suffixes.
+SUFFIXES: Mapping[str, Mapping[str, Route]] = {
+    OPENAI: {
+        "/chat/completions": Route(CHAT, OPENAI),
+        "/completions": Route(TEXT_COMPLETION, OPENAI),
+        "/embeddings": Route(EMBEDDINGS, OPENAI),
+        # semconv has no operation of its own for the Responses API; it is a chat turn
+        "/responses": Route(CHAT, OPENAI, responses_api=True),
+    },
+    ANTHROPIC: {"/messages": Route(CHAT, ANTHROPIC)},
+    OLLAMA: {
+        "/api/chat": Route(CHAT, OLLAMA),
+        "/api/generate": Route(TEXT_COMPLETION, OLLAMA),
+        "/api/embed": Route(EMBEDDINGS, OLLAMA),
+        "/api/embeddings": Route(EMBEDDINGS, OLLAMA),
+    },
+}
+_BASES = {OPENAI: "/v1", ANTHROPIC: "/v1", OLLAMA: ""}
+BUILTIN: Mapping[str, Route] = {
+    _BASES[dialect] + suffix: route
+    for dialect, table in SUFFIXES.items()
+    for suffix, route in table.items()
+}
+# what the kernel should capture more of: the built-in paths themselves (the kernel matches
+# a path by its first 8 bytes, so "/v1/" alone would be too short to be a key, and would
+# widen every /v1/ call besides)
+BUILTIN_CAPTURE = tuple(BUILTIN)
+MAX_CAPTURE_PREFIXES = 16
+MAX_CAPTURE_PREFIX_BYTES = 31
+
+
+@dataclass(frozen=True, slots=True)
+class ExtraPath:
+    """A configured prefix: any path under it that ends with a known endpoint suffix."""
+
+    prefix: str  # without a trailing "/"
+    suffixes: tuple[tuple[str, Route], ...]  # longest first, so "/chat/completions" wins
+
+    def match(self, path: str) -> Route | None:
+        if not path.startswith(self.prefix):
+            return None
+        rest = path[len(self.prefix) :]
+        if rest and not rest.startswith("/"):  # "/openaix/..." is not under "/openai"
+            return None
+        for suffix, route in self.suffixes:
+            if rest.endswith(suffix):
+                return route
+        return None
+
+
+def _suffixes(dialect: str | None) -> tuple[tuple[str, Route], ...]:
+    tables = [SUFFIXES[dialect]] if dialect else list(SUFFIXES.values())
+    pairs = [pair for table in tables for pair in table.items()]
+    return tuple(sorted(pairs, key=lambda pair: len(pair[0]), reverse=True))
+
+
+def parse_extra_paths(entries: Iterable[Any] | None) -> tuple[ExtraPath, ...]:
+    """`extra_paths` entries: a prefix string, or a mapping {prefix: ..., api: dialect}."""
+    out: list[ExtraPath] = []
+    for entry in entries or ():
+        if isinstance(entry, str):
+            prefix, dialect = entry, None
+        elif isinstance(entry, Mapping) and isinstance(entry.get("prefix"), str):
+            prefix, dialect = entry["prefix"], entry.get("api")
+        else:
+            raise ValueError(
+                f"llm.extra_paths: expected a prefix or {{prefix, api}}, got {entry!r}"
+            )
+        if dialect is not None and dialect not in SUFFIXES:
+            raise ValueError(
+                f"llm.extra_paths: api must be one of {list(DIALECTS)}, got {dialect!r}"
+            )
+        out.append(ExtraPath(prefix.rstrip("/"), _suffixes(dialect)))
+    return tuple(out)
+
+
+class Endpoints:
+    """Path recognition for one layer instance (built-in routes plus configured prefixes)."""
+
+    def __init__(self, extra: Iterable[Any] | None = None) -> None:
+        self.extra = parse_extra_paths(extra)
+
+    def route(self, method: str, target: str) -> Route | None:
+        if method != "POST":
+            return None
+        path = target.partition("?")[0]
+        if "://" in path and not path.startswith("/"):  # absolute form, sent to a proxy
+            path = "/" + path.split("://", 1)[1].partition("/")[2]
+        route = BUILTIN.get(path)
+        if route is not None:
+            return route
+        for extra in self.extra:
+            route = extra.match(path)
+            if route is not None:
+                return route
+        return None
+
+    def capture_prefixes(self) -> tuple[str, ...]:
+        prefixes = list(BUILTIN_CAPTURE)
+        for extra in self.extra:
+            prefix = (extra.prefix or "/").encode()[:MAX_CAPTURE_PREFIX_BYTES]
+            text = prefix.decode("utf-8", "ignore")
+            if text and not any(text.startswith(known) for known in prefixes):
+                prefixes.append(text)
+        return tuple(prefixes[:MAX_CAPTURE_PREFIXES])

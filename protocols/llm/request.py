@@ -1,0 +1,126 @@
+"""The request side of an LLM call: model and sampling settings from the request JSON.
+
+A whole body is parsed with orjson. A body with a gap (a long prompt the kernel did not
+capture in full) is scanned at both ends: the openai client writes "messages" first and
+"model" after them, so for a large prompt the model is only in the tail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ..layers import Body
+from . import scan
+from .endpoints import ANTHROPIC, OLLAMA, OPENAI, Route
+
+# the request key holding the output-token cap, by dialect (Responses API apart)
+_MAX_TOKEN_KEYS = {
+    OPENAI: ("max_completion_tokens", "max_tokens"),
+    ANTHROPIC: ("max_tokens",),
+    OLLAMA: ("num_predict",),
+}
+_RESPONSES_MAX_TOKEN_KEYS = ("max_output_tokens",)
+
+
+@dataclass(slots=True)
+class RequestInfo:
+    model: str | None = None
+    stream: bool | None = None  # None: the body did not say (or was not seen)
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    choice_count: int | None = None
+    include_usage: bool | None = None
+    encoding_formats: list[str] | None = None
+    dimensions: int | None = None
+    document: dict[str, Any] | None = None  # the parsed body, when whole (content capture)
+
+
+def read_request(body: Body | None, route: Route) -> RequestInfo:
+    """Never raises: a body that is not what we expect gives an empty RequestInfo."""
+    if body is None or not body.pieces:
+        return RequestInfo()
+    try:
+        if body.complete:
+            doc = _loads(body.contiguous())
+            if doc is not None:
+                return _from_document(doc, route)
+        return _from_scan(body.contiguous(), body.tail(), route)
+    except (ValueError, TypeError, AttributeError, KeyError):  # hostile shapes
+        return RequestInfo()
+
+
+def _loads(data: bytes) -> dict[str, Any] | None:
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _max_token_keys(route: Route) -> tuple[str, ...]:
+    return _RESPONSES_MAX_TOKEN_KEYS if route.responses_api else _MAX_TOKEN_KEYS[route.dialect]
+
+
+def _from_document(doc: dict[str, Any], route: Route) -> RequestInfo:
+    # Ollama keeps its sampling settings in "options"; the others at the top level
+    settings = doc.get("options") if route.dialect == OLLAMA else doc
+    if not isinstance(settings, dict):
+        settings = {}
+    info = RequestInfo(document=doc)
+    model = doc.get("model")
+    info.model = model if isinstance(model, str) and model else None
+    stream = doc.get("stream")
+    info.stream = stream if isinstance(stream, bool) else None
+    for key in _max_token_keys(route):
+        info.max_tokens = _int(settings.get(key))
+        if info.max_tokens is not None:
+            break
+    info.temperature = _float(settings.get("temperature"))
+    info.top_p = _float(settings.get("top_p"))
+    info.choice_count = _int(doc.get("n"))
+    options = doc.get("stream_options")
+    if isinstance(options, dict) and isinstance(options.get("include_usage"), bool):
+        info.include_usage = options["include_usage"]
+    encoding = doc.get("encoding_format")
+    if isinstance(encoding, str):
+        info.encoding_formats = [encoding]
+    info.dimensions = _int(doc.get("dimensions"))
+    return info
+
+
+def _from_scan(head: bytes, tail: bytes, route: Route) -> RequestInfo:
+    # a top-level key is either before the prompt (in head) or after it (in tail); keys of
+    # the same name nested in messages are rare, and escaped ones inside text never match
+    info = RequestInfo()
+    info.model = scan.string("model", head, tail) or None
+    info.stream = scan.boolean("stream", head, tail)
+    for key in _max_token_keys(route):
+        info.max_tokens = _as_int(scan.number(key, head, tail))
+        if info.max_tokens is not None:
+            break
+    info.temperature = _float(scan.number("temperature", head, tail))
+    info.top_p = _float(scan.number("top_p", head, tail))
+    info.choice_count = _as_int(scan.number("n", head, tail))
+    info.include_usage = scan.boolean("include_usage", head, tail)
+    encoding = scan.string("encoding_format", head, tail)
+    info.encoding_formats = [encoding] if encoding else None
+    info.dimensions = _as_int(scan.number("dimensions", head, tail))
+    return info
+
+
+def _as_int(value: int | float | None) -> int | None:
+    return value if isinstance(value, int) else None

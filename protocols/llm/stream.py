@@ -1,0 +1,112 @@
+"""Streamed response bodies (SSE, NDJSON) split into timed events.
+
+An event is timed by the body piece holding its last byte (for SSE, the blank line that
+ends it): that is when a client could act on it (a read's return) or when a server handed
+it over (a write's entry). Bytes the kernel did not capture leave a gap: the event cut by
+it is dropped and decoding resumes at the next event boundary, never gluing two halves.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..layers import Body
+
+# an SSE event ends at a blank line; lines end with CRLF, LF or CR. A lone CR counts only
+# once the next byte shows it is not the first half of a CRLF (it may be in the next piece).
+_SSE_END = re.compile(rb"(?:\r\n|\n|\r(?=[^\n]))(?:\r\n|\n|\r(?=[^\n]))")
+_LINE = re.compile(rb"\r\n|\n|\r")
+_NDJSON_END = re.compile(rb"\n")
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEvent:
+    name: str  # the SSE "event:" field ("" when absent; always "" for NDJSON)
+    data: bytes  # the SSE data lines joined by "\n", or one NDJSON line
+    ns: int  # kernel time of the piece holding the event's last byte
+
+
+@dataclass(slots=True)
+class Decoded:
+    events: list[StreamEvent]
+    dropped: int  # events cut by a gap (counted as one per gap)
+
+
+def _blocks(body: Body, end: re.Pattern[bytes]) -> Iterator[tuple[bytes, int] | None]:
+    """The body split at `end`, each block with the time of its last piece; None marks a
+    gap (the block before it was cut and is not yielded)."""
+    buf = bytearray()
+    expect = 0
+    synced = True  # False after a gap: the first block then is the tail of a cut event
+    in_gap = False
+    last_ns = 0
+    for piece in body.pieces:
+        # a jump in offset is a gap; so is a piece past the keep limit (time, no bytes)
+        if piece.offset != expect or not piece.data:
+            if not in_gap:
+                yield None
+            in_gap, synced = True, False
+            buf.clear()
+            if not piece.data:
+                expect = -1
+                continue
+        in_gap = False
+        scan_from = max(len(buf) - 3, 0)  # a separator may straddle two pieces
+        buf += piece.data
+        expect = piece.offset + len(piece.data)
+        last_ns = piece.ns
+        start = 0
+        for match in end.finditer(buf, scan_from):
+            if synced:
+                yield bytes(buf[start : match.start()]), piece.ns
+            synced = True
+            start = match.end()
+        del buf[:start]
+    if buf and synced and expect == body.size:  # the last event, unterminated at the end
+        yield bytes(buf), last_ns
+
+
+def _sse_event(block: bytes, ns: int) -> StreamEvent | None:
+    name = ""
+    data: list[bytes] = []
+    for line in _LINE.split(block):
+        if not line or line.startswith(b":"):  # comments keep connections alive
+            continue
+        field, _, value = line.partition(b":")
+        if value.startswith(b" "):
+            value = value[1:]
+        if field == b"data":
+            data.append(value)
+        elif field == b"event":
+            name = value.decode("utf-8", "replace")
+    if not data:  # the SSE spec dispatches nothing for an event without data
+        return None
+    return StreamEvent(name, b"\n".join(data), ns)
+
+
+def decode_sse(body: Body) -> Decoded:
+    events: list[StreamEvent] = []
+    dropped = 0
+    for block in _blocks(body, _SSE_END):
+        if block is None:
+            dropped += 1
+            continue
+        event = _sse_event(*block)
+        if event is not None:
+            events.append(event)
+    return Decoded(events, dropped)
+
+
+def decode_ndjson(body: Body) -> Decoded:
+    events: list[StreamEvent] = []
+    dropped = 0
+    for block in _blocks(body, _NDJSON_END):
+        if block is None:
+            dropped += 1
+            continue
+        line = block[0].strip()
+        if line:
+            events.append(StreamEvent("", line, block[1]))
+    return Decoded(events, dropped)

@@ -1,0 +1,48 @@
+"""A real vector DB end to end: Chroma's own server (`chroma run`) and `chromadb.HttpClient`
+in separate processes, the real agent between them. The REST calls become DB spans."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.chroma_peer import chroma_server, run_client, unavailable_reason
+
+from .conftest import REQUIRE_BPF
+
+pytestmark = pytest.mark.kernel
+
+SERVER, CLIENT = 2, 3
+
+
+@pytest.fixture
+def chroma(tmp_path):
+    reason = unavailable_reason()
+    if reason:
+        if REQUIRE_BPF:  # CI installs it (make test): missing there is a failure
+            pytest.fail(reason)
+        pytest.skip(reason)
+    with chroma_server(tmp_path) as server:
+        yield server
+
+
+def test_chroma_add_and_query_give_db_spans(start_agent, chroma):
+    agent = start_agent([chroma.port])
+    ops = run_client(chroma.port)
+    assert ops[-1]["ids"] == ["doc-1", "doc-2"]
+
+    def queried(spans):
+        return [s for s in spans if s.attrs.get("db.operation.name") == "query"]
+
+    spans = agent.wait_for(lambda s: {x.kind for x in queried(s)} == {CLIENT, SERVER})
+    for kind in (CLIENT, SERVER):
+        (query,) = [s for s in queried(spans) if s.kind == kind]
+        a = query.attrs
+        assert a["db.system.name"] == "chroma"
+        assert a["db.vector.query.top_k"] == 2
+        # the data paths name the collection by id: its creation's answer named it "docs"
+        assert a["db.collection.name"] == "docs" and query.name == "query docs"
+        assert a["db.namespace"] == "default_tenant|default_database"
+        assert a["db.response.returned_rows"] == 2
+        assert a["http.response.status_code"] == 200
+        names = {s.name for s in spans if s.kind == kind and "db.system.name" in s.attrs}
+        assert {"create_collection docs", "add docs", "query docs"} <= names, names
