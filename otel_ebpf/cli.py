@@ -53,10 +53,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_CANNOT_RUN
 
     from otel_ebpf.agent import Agent
+    from otel_ebpf.protocols.registry import PluginOptionsError
 
     try:
         agent = Agent(cfg)
-    except (ExporterConfigError, FileExporterError, KeyError) as exc:
+    except (ExporterConfigError, FileExporterError, KeyError, PluginOptionsError) as exc:
         err_console.print(f"otel-ebpf: config error: {exc}", markup=False)
         return EXIT_BAD_CONFIG
     agent.install_signal_handlers()

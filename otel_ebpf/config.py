@@ -518,6 +518,14 @@ _RECEIVER = _Map(
                     },
                     extra=_Any(),  # newer http1 options: the parser validates them
                 ),
+                "llm": _Map(
+                    {
+                        "capture_content": _Bool(False),
+                        "max_content_bytes": _Int(2, 1 << 20, 4096),
+                        "body_limit": _Int(0, 1 << 26, 1 << 20),
+                    },
+                    extra=_Any(),  # provider, extra_paths: the layer validates them
+                ),
             },
             extra=_AnyMap(),  # protocols.<name>: options of other parsers, checked by them
         ),

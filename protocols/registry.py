@@ -37,6 +37,17 @@ def available_layers() -> dict[str, type[HTTPLayer]]:
     return _load(LAYER_ENTRY_POINT_GROUP)
 
 
+class PluginOptionsError(ValueError):
+    """A parser or layer refused its options (`receivers.ebpf.protocols.<name>`)."""
+
+
+def _build(name: str, cls: type, options: Mapping[str, Any] | None):
+    try:
+        return cls(options)
+    except (ValueError, TypeError) as exc:
+        raise PluginOptionsError(f"receivers.ebpf.protocols.{name}: {exc}") from exc
+
+
 class Registry:
     """The enabled parsers, in the order they are asked to infer a connection's protocol,
     and the enabled layers, in the order they are asked whether they want a request."""
@@ -61,8 +72,8 @@ class Registry:
             raise KeyError(
                 f"unknown protocol(s) {missing}; installed: {sorted([*parsers, *layers])}"
             )
-        return cls((parsers[n](options.get(n)) for n in names if n in parsers),
-                   (layers[n](options.get(n)) for n in names if n in layers))
+        return cls([_build(n, parsers[n], options.get(n)) for n in names if n in parsers],
+                   [_build(n, layers[n], options.get(n)) for n in names if n in layers])
 
     @property
     def instruments(self) -> dict:

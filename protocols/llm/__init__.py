@@ -83,7 +83,10 @@ class LLMLayer(HTTPLayer):
         if provider is not None and not (isinstance(provider, str) and provider):
             raise ValueError(f"llm.provider: expected a non-empty string, got {provider!r}")
         self.provider: str | None = provider
-        self.capture_content = bool(self.options.get("capture_content", False))
+        capture = self.options.get("capture_content", False)
+        if not isinstance(capture, bool):  # "false" from an environment variable is truthy
+            raise ValueError(f"llm.capture_content: expected true or false, got {capture!r}")
+        self.capture_content = capture
         limit = self.options.get("max_content_bytes", DEFAULT_MAX_CONTENT_BYTES)
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 2:
             raise ValueError(f"llm.max_content_bytes: expected an integer >= 2, got {limit!r}")

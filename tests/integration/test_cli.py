@@ -42,6 +42,21 @@ def test_bad_env_override_exits_2_naming_the_variable():
     assert "OTEL_EBPF_RECEIVERS_EBPF_TARGETS_PORTS" in proc.stderr
 
 
+@pytest.mark.parametrize(("yaml_text", "named"), [
+    ("llm:\n        provider: 7\n", "receivers.ebpf.protocols.llm"),
+    ("llm:\n        extra_paths: [3]\n", "receivers.ebpf.protocols.llm"),
+    ("llm:\n        capture_content: maybe\n", "receivers.ebpf.protocols.llm.capture_content"),
+    ("vectordb:\n        system: mongo\n", "receivers.ebpf.protocols.vectordb"),
+])
+def test_bad_layer_options_exit_2_naming_the_layer(tmp_path, yaml_text, named):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("receivers:\n  ebpf:\n    protocols:\n      " + yaml_text)
+    proc = run("run", "-c", str(cfg))
+    assert proc.returncode == 2, proc.stderr
+    assert named in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_missing_config_file_exits_2(tmp_path):
     proc = run("run", "-c", str(tmp_path / "nope.yaml"))
     assert proc.returncode == 2
