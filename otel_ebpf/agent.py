@@ -176,6 +176,7 @@ class Agent:
         for cpu, n in enumerate(counters["ringbuf_drops"]):
             self.stats.set_total("kernel.drops", n, cpu=str(cpu))
         self.stats.set_total("kernel.truncations", sum(counters["truncated"]))
+        self.stats.set_total("kernel.widened", sum(counters["widened"]))
 
     def shutdown(self) -> None:
         if self.tracer is not None:

@@ -12,6 +12,8 @@ COUNTERS: dict[str, tuple[str, str]] = {
     "bytes": ("By", "Payload bytes received from the kernel"),
     "kernel.drops": ("{event}", "Records the kernel could not reserve in the ring buffer"),
     "kernel.truncations": ("{event}", "Messages longer than the capture size"),
+    "kernel.widened": ("{connection}", "Connections captured wider: an LLM or vector-DB API "
+                       "request was seen on them (capture.llm_max_bytes)"),
     "gaps": ("{gap}", "Stream positions missing in user space (lost or uncaptured bytes)"),
     "parse.errors": ("{error}", "Bytes a parser rejected as not its protocol (then resynced)"),
     "connections.tracked": ("{connection}", "Connections opened in the connection table"),

@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.openai_server import openai_server
 
-from .conftest import REPO, Span, read_histograms
+from .conftest import REPO, Span, read_histograms, read_metrics
 
 pytestmark = pytest.mark.kernel
 
@@ -96,7 +96,9 @@ def test_openai_client_chat_calls_give_genai_spans_with_wire_ttft(start_agent, l
         assert server.resource["service.name"] == "vllm-sim"
         # the server's span is inside the client's
         assert client.start <= server.start and server.end <= client.end + 200_000
-    agent.stop()
+    assert agent.stop() == 0
+    # the client's and the server's connections were captured wide (an LLM request)
+    assert read_metrics(agent.traces)["otel_ebpf.kernel.widened"] >= 2
     histograms = read_histograms(agent.traces)
     ttft_points = [p for p in histograms.get("gen_ai.server.time_to_first_token", [])
                    if p.attrs.get("gen_ai.request.model") in calls.values()]

@@ -62,7 +62,11 @@ def test_default_values():
     assert r.poll_interval_s == 0.1 and r.idle_timeout_s == 300.0
     assert r.max_connections == 65536
     assert r.protocols_enabled == ("http1", "http2", "llm", "vectordb")
-    assert r.protocol_options == {"http1": {"response_timeout_s": 30.0, "capture_headers": False}}
+    assert r.protocol_options == {
+        "http1": {"response_timeout_s": 30.0, "capture_headers": False},
+        "llm": {"capture_content": False, "max_content_bytes": 4096, "body_limit": 1 << 20},
+    }
+    assert (r.capture_llm_max_bytes, r.capture_llm_tail_bytes) == (16384, 4096)
     assert c.processors == Processors(512, 1.0, 2048) == Processors()
     assert c.telemetry == Telemetry("info", 10.0) == Telemetry()
     assert {n: (e.type, e.settings) for n, e in c.exporters.items()} == {
@@ -165,6 +169,7 @@ def test_values_and_conversions():
     assert r.protocol_options == {
         "http1": {"response_timeout_s": 0.5, "capture_headers": True, "future_option": 3},
         "grpc": {"max_frame": 16384, "nested": {"a": [1, 2]}},
+        "llm": {"capture_content": False, "max_content_bytes": 4096, "body_limit": 1 << 20},
     }
     assert c.processors == Processors(10, 0.25, 10)
     phoenix = c.exporters["otlphttp/phoenix"]
