@@ -239,7 +239,7 @@ class ProtocolParser(ABC):
     def new_state(self, conn: ConnInfo) -> ParserState:
         return ParserState(conn)
 
-    def use_layers(self, layers: tuple[HTTPLayer, ...]) -> None:
+    def use_layers(self, layers: tuple[HTTPLayer, ...]) -> None:  # noqa: B027 - optional
         """The enabled layers (protocols/layers.py), for parsers whose messages carry them
         (HTTP). Others ignore them."""
 

@@ -34,8 +34,8 @@ from hyperframe.exceptions import HyperframeError
 from hyperframe.frame import Frame as WireFrame
 
 from ..base import ConnInfo, Direction, Frame, ParseResult, ParserState, Role
-from ..layers import Body, HTTPLayer, first_wanting
 from ..http1.parse import CONTEXT_HEADERS, is_secret
+from ..layers import Body, HTTPLayer, first_wanting
 from . import frames as f
 from .grpc import Messages
 from .headers import Field, HeaderDecoder, Malformed

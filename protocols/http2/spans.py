@@ -5,8 +5,8 @@ left out, never guessed: a span may lack its method or path, never carry a wrong
 from __future__ import annotations
 
 from ..base import AttributeValue, ConnInfo, NeutralSpan, Role, SpanKind, StatusCode
-from ..layers import HTTPExchange, apply_layer
 from ..http1.spans import _authority, _connection, _host_port, _method, _status, _url, redact_query
+from ..layers import HTTPExchange, apply_layer
 from . import grpc
 from .frames import error_name
 from .parse import H2Message, H2Request, H2Response

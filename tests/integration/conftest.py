@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.processes import stop_process
 from tests.support.rotel import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -251,11 +252,7 @@ def uvicorn_server(tmp_path: Path) -> Iterator[int]:
         wait_port(port, proc, log_path)
         yield port
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
 
 
 def run_client(kind: str, port: int, paths: list[str]) -> list[dict]:

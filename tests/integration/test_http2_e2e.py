@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import stop_process
+
 from .conftest import REPO, Span, free_port, wait_port
 
 pytestmark = pytest.mark.kernel
@@ -32,12 +34,7 @@ def _serve(cmd: list[str], port: int, log_path: Path, service: str) -> Iterator[
         wait_port(port, proc, log_path)
         yield port
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc)
 
 
 @pytest.fixture

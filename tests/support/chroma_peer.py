@@ -47,6 +47,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.processes import stop_process
+
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
 CLIENT_TIMEOUT_S = 60.0
@@ -139,12 +141,7 @@ def chroma_server(workdir: Path | None = None, port: int | None = None,
             time.sleep(0.05)
         yield ChromaServer(port, proc, log, data)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc)
         if own_dir:
             shutil.rmtree(workdir, ignore_errors=True)
 

@@ -74,6 +74,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.support.processes import stop_process
+
 MAX_TOKENS = 10_000
 MAX_DELAY_S = 60.0
 MAX_GENERATION_S = 300.0  # first-token delay + all intervals of one answer
@@ -600,12 +602,7 @@ def openai_server(first_token_delay: float = 0.2, token_interval: float = 0.05,
                 time.sleep(0.05)
         yield RunningServer(port, proc, log)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc)
 
 
 def main(argv: list[str] | None = None) -> None:
