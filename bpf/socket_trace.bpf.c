@@ -2,371 +2,10 @@
 /* Socket capture from syscall tracepoints: connections (connect/accept/close) and the
  * bytes every read/write-family call moves on them, with stream positions and TCP
  * sequence numbers, into one ring buffer. CO-RE: no kernel headers on the target. */
-#include "vmlinux.h"
-#include <bpf/bpf_helpers.h>
-#include <bpf/bpf_core_read.h>
-#include <bpf/bpf_endian.h>
-#include <bpf/bpf_tracing.h>
-#include "abi.h"
+#define CAPTURE_MAPS_HERE
+#include "capture.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
-
-#define AF_UNIX 1
-#define AF_INET 2
-#define AF_INET6 10
-#define SOCK_STREAM 1
-#define SOCK_DGRAM 2
-#define S_IFMT 00170000
-#define S_IFSOCK 0140000
-#define EINPROGRESS 115
-
-const volatile struct agent_config cfg = {};
-
-/* What the kernel keeps per traced socket. Keyed by tgid << 32 | fd. */
-struct conn_state {
-	struct conn_key key;
-	__u64 sk;        /* struct sock address: detects fd reuse we did not see close */
-	__u64 pos[2];    /* bytes moved so far, by direction */
-	__u32 flags;     /* conn_flags */
-	__u32 traced;    /* 0: seen but not selected by the targets */
-	__u32 wide;      /* 1: captured with cfg.wide_capture (an LLM API call was seen) */
-	__u32 _pad;
-};
-
-enum arg_kind { ARG_BUF = 1, ARG_IOV = 2, ARG_MSG = 3, ARG_MMSG = 4, ARG_CONNECT = 5 };
-
-/* A syscall's arguments, from its enter tracepoint to its exit tracepoint. */
-struct syscall_args {
-	__u64 enter_ns;
-	__u64 ptr;      /* buffer, iovec array, msghdr or mmsghdr array */
-	__u64 addr;     /* sockaddr of sendto/recvfrom */
-	__s32 fd;
-	__u32 kind;     /* arg_kind */
-	__u32 count;    /* iovcnt or vlen */
-	__u32 _pad;
-};
-
-struct scratch {
-	struct data_event ev;
-	__u8 payload[2 * MAX_CAPTURE]; /* twice: iovec copies are bounded per piece */
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536); /* set from config before load */
-	__type(key, __u64);
-	__type(value, struct conn_state);
-} conns SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64);
-	__type(value, struct syscall_args);
-} inflight SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 16 << 20); /* set from config before load */
-} events SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, CNT_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} counters SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1); /* one per possible CPU, set before load */
-	__type(key, __u32);
-	__type(value, struct scratch);
-} scratch_buf SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_TARGETS);
-	__type(key, __u32);
-	__type(value, __u8);
-} target_pids SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_TARGETS);
-	__type(key, char[COMM_LEN]);
-	__type(value, __u8);
-} target_comms SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_TARGETS);
-	__type(key, __u16);
-	__type(value, __u8);
-} target_ports SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_TARGETS);
-	__type(key, __u16);
-	__type(value, __u8);
-} ignored_ports SEC(".maps");
-
-/* The asyncio task each thread is running (uprobes on CPython's task step). */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, __u64);
-} cur_task SEC(".maps");
-
-/* The contextvars.Context each thread runs (uprobes on CPython's context_run), and the
- * asyncio task a Context was first run in: a thread pool worker running a Context copied
- * by a task (anyio's to_thread, Starlette's run_in_threadpool) works for that task. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, __u64);
-} cur_ctx SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u64);
-	__type(value, __u64);
-} ctx_task SEC(".maps");
-
-/* Processes with a traced connection: only theirs are worth task events. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, __u8);
-} traced_pids SEC(".maps");
-
-/* The asyncio task a thread works for: the one it runs, or the one whose Context it runs. */
-static __always_inline __u64 task_of_thread(__u32 tid)
-{
-	__u64 *task = bpf_map_lookup_elem(&cur_task, &tid);
-	if (task)
-		return *task;
-	__u64 *ctx = bpf_map_lookup_elem(&cur_ctx, &tid);
-	if (!ctx)
-		return 0;
-	task = bpf_map_lookup_elem(&ctx_task, ctx);
-	return task ? *task : 0;
-}
-
-static __always_inline void count(__u32 idx, __u64 n)
-{
-	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
-	if (v)
-		*v += n;
-}
-
-/* Wake the reader only when the ring fills past the threshold: each wake-up costs the
- * producer more than the copy itself, and the reader polls on a timer anyway. */
-static __always_inline __u64 wakeup_flags(void)
-{
-	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
-	return avail >= cfg.wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
-}
-
-/* min(v, max) in a form the verifier sees: clang may drop a plain clamp it can prove
- * redundant, leaving the verifier with an unbounded size. */
-static __always_inline __u64 bounded(__u64 v, const __u64 max)
-{
-	asm volatile("if %[v] <= %[max] goto +1; %[v] = %[max]"
-		     : [v] "+r"(v)
-		     : [max] "i"(max));
-	return v;
-}
-
-static __always_inline __u64 conn_map_key(__u32 tgid, int fd)
-{
-	return ((__u64)tgid << 32) | (__u32)fd;
-}
-
-/* fd -> struct socket, or NULL when the fd is not a socket. */
-static __always_inline struct socket *fd_to_socket(int fd)
-{
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	if (!fdt || fd < 0 || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
-		return NULL;
-	struct file **fds = BPF_CORE_READ(fdt, fd);
-	struct file *file = NULL;
-	bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]);
-	if (!file)
-		return NULL;
-	umode_t mode = BPF_CORE_READ(file, f_inode, i_mode);
-	if ((mode & S_IFMT) != S_IFSOCK)
-		return NULL;
-	return (struct socket *)BPF_CORE_READ(file, private_data);
-}
-
-/* Families and types we trace: TCP and UDP over IPv4/IPv6, Unix stream sockets. */
-static __always_inline __u32 socket_flags(struct socket *sock, struct sock *sk, bool *ok)
-{
-	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
-	__u16 type = BPF_CORE_READ(sock, type);
-	*ok = false;
-	if (family == AF_UNIX) {
-		*ok = type == SOCK_STREAM;
-		return CONN_F_UNIX | CONN_F_STREAM;
-	}
-	if (family != AF_INET && family != AF_INET6)
-		return 0;
-	if (type == SOCK_STREAM) {
-		*ok = true;
-		return CONN_F_STREAM | CONN_F_TCP;
-	}
-	*ok = type == SOCK_DGRAM;
-	return 0;
-}
-
-static __always_inline void sock_addrs(struct sock *sk, struct addr *local, struct addr *remote)
-{
-	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
-	local->family = remote->family = family;
-	if (family == AF_INET) {
-		__u32 l = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
-		__u32 r = BPF_CORE_READ(sk, __sk_common.skc_daddr);
-		__builtin_memcpy(local->bytes, &l, 4);
-		__builtin_memcpy(remote->bytes, &r, 4);
-	} else if (family == AF_INET6) {
-		BPF_CORE_READ_INTO((struct in6_addr *)local->bytes, sk, __sk_common.skc_v6_rcv_saddr);
-		BPF_CORE_READ_INTO((struct in6_addr *)remote->bytes, sk, __sk_common.skc_v6_daddr);
-	} else {
-		return;
-	}
-	local->port = BPF_CORE_READ(sk, __sk_common.skc_num);
-	remote->port = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
-}
-
-/* Is this process, or one of its ancestors, selected? Walked up a few generations so
- * that workers forked by a selected server (gunicorn, uvicorn --workers) are selected. */
-static __always_inline bool pid_selected(void)
-{
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		__u32 tgid = BPF_CORE_READ(task, tgid);
-		if (bpf_map_lookup_elem(&target_pids, &tgid))
-			return true;
-		task = BPF_CORE_READ(task, real_parent);
-		if (!task)
-			break;
-	}
-	return false;
-}
-
-static __always_inline bool is_target(struct addr *local, struct addr *remote)
-{
-	/* the receiving end of the agent's own exports: tracing it would feed back */
-	if (cfg.ignore_ports && (bpf_map_lookup_elem(&ignored_ports, &local->port) ||
-				 bpf_map_lookup_elem(&ignored_ports, &remote->port)))
-		return false;
-	if (!cfg.filter_pids && !cfg.filter_comms && !cfg.filter_ports)
-		return true;
-	if (cfg.filter_pids && pid_selected())
-		return true;
-	if (cfg.filter_comms) {
-		char comm[COMM_LEN] = {};
-		bpf_get_current_comm(comm, sizeof(comm));
-		if (bpf_map_lookup_elem(&target_comms, comm))
-			return true;
-	}
-	if (cfg.filter_ports &&
-	    (bpf_map_lookup_elem(&target_ports, &local->port) ||
-	     bpf_map_lookup_elem(&target_ports, &remote->port)))
-		return true;
-	return false;
-}
-
-static __always_inline void emit_close(struct conn_state *st)
-{
-	if (!st->traced)
-		return;
-	struct conn_close_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
-	if (!ev) {
-		count(CNT_RINGBUF_DROPS, 1);
-		return;
-	}
-	ev->hdr.type = EV_CONN_CLOSE;
-	ev->hdr.tid = (__u32)bpf_get_current_pid_tgid();
-	ev->hdr.ts_ns = bpf_ktime_get_ns();
-	ev->key = st->key;
-	ev->bytes_sent = st->pos[DIR_EGRESS];
-	ev->bytes_recv = st->pos[DIR_INGRESS];
-	bpf_ringbuf_submit(ev, wakeup_flags());
-	count(CNT_CONN_CLOSED, 1);
-}
-
-static __always_inline void emit_open(struct conn_state *st, __u32 role, struct addr *local,
-				      struct addr *remote)
-{
-	struct conn_open_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
-	if (!ev) {
-		count(CNT_RINGBUF_DROPS, 1);
-		return;
-	}
-	ev->hdr.type = EV_CONN_OPEN;
-	ev->hdr.tid = (__u32)bpf_get_current_pid_tgid();
-	ev->hdr.ts_ns = st->key.gen;
-	ev->key = st->key;
-	ev->local = *local;
-	ev->remote = *remote;
-	ev->role = role;
-	ev->flags = st->flags;
-	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
-	bpf_ringbuf_submit(ev, wakeup_flags());
-	count(CNT_CONN_OPENED, 1);
-}
-
-/* The connection state of (tgid, fd), created when new or when the fd now names another
- * socket (`fresh`: connect/accept just made it). `role` is the role learned from
- * connect/accept, or ROLE_UNKNOWN on first data. Returns NULL for sockets of a kind we do
- * not capture; the caller checks `traced`. */
-static __always_inline struct conn_state *get_conn(int fd, struct socket *sock, __u32 role,
-						   bool fresh)
-{
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	__u64 mkey = conn_map_key(tgid, fd);
-	struct sock *sk = BPF_CORE_READ(sock, sk);
-	if (!sk)
-		return NULL;
-	struct conn_state *st = bpf_map_lookup_elem(&conns, &mkey);
-	if (st && st->sk == (__u64)sk && !fresh)
-		return st;
-	if (st) {
-		emit_close(st);
-		bpf_map_delete_elem(&conns, &mkey);
-	}
-
-	bool ok;
-	__u32 flags = socket_flags(sock, sk, &ok);
-	if (!ok)
-		return NULL;
-	struct addr local = {}, remote = {};
-	sock_addrs(sk, &local, &remote);
-	struct conn_state new_st = {};
-	new_st.key.pid = tgid;
-	new_st.key.fd = fd;
-	new_st.key.gen = bpf_ktime_get_ns();
-	new_st.sk = (__u64)sk;
-	new_st.flags = flags | (role == ROLE_UNKNOWN ? CONN_F_PREEXISTING : 0);
-	new_st.traced = is_target(&local, &remote);
-	bpf_map_update_elem(&conns, &mkey, &new_st, BPF_ANY);
-	st = bpf_map_lookup_elem(&conns, &mkey);
-	if (st && st->traced) {
-		__u8 one = 1;
-		bpf_map_update_elem(&traced_pids, &tgid, &one, BPF_ANY);
-		emit_open(st, role, &local, &remote);
-	}
-	return st;
-}
 
 /* An unconnected datagram socket is selected by port per datagram: its peer varies. */
 static __always_inline bool datagram_selected(struct conn_state *st, struct sock *sk,
@@ -427,166 +66,30 @@ ENTER(connect, ARG_CONNECT, 1, 0, 0)
 
 /* ---- syscall exit: emit what moved ------------------------------------------------- */
 
-static __always_inline void read_sockaddr(__u64 uaddr, struct addr *out)
+/* TLS: a syscall inside an SSL call names the session's socket (ssl_trace.bpf.c); a read
+ * outside one may be what a memory-BIO session decrypts next. A socket an SSL session
+ * uses carries ciphertext: its bytes are counted, not sent (the plaintext is). Returns
+ * true when the caller must not emit. */
+static __always_inline bool tls_bookkeeping(struct conn_state *st, struct syscall_args *a,
+					    __u8 dir, long ret, __u32 seq, __u64 id)
 {
-	__u16 family = 0;
-	if (!uaddr || bpf_probe_read_user(&family, sizeof(family), (void *)uaddr))
-		return;
-	if (family == AF_INET) {
-		struct sockaddr_in sin = {};
-		bpf_probe_read_user(&sin, sizeof(sin), (void *)uaddr);
-		__builtin_memcpy(out->bytes, &sin.sin_addr, 4);
-		out->port = bpf_ntohs(sin.sin_port);
-		out->family = AF_INET;
-	} else if (family == AF_INET6) {
-		struct sockaddr_in6 sin6 = {};
-		bpf_probe_read_user(&sin6, sizeof(sin6), (void *)uaddr);
-		__builtin_memcpy(out->bytes, &sin6.sin6_addr, 16);
-		out->port = bpf_ntohs(sin6.sin6_port);
-		out->family = AF_INET6;
-	}
-}
-
-/* Copy up to `cap` bytes gathered from an iovec array into the scratch payload, walking at
- * most `max_iov` entries (a constant per call site: the verifier walks every iteration). */
-static __always_inline __u32 copy_iov(struct scratch *s, __u64 iov_ptr, __u32 iovcnt, __u32 cap,
-				      const __u32 max_iov)
-{
-	__u32 off = 0;
-	if (iovcnt > max_iov) {
-		count(CNT_IOV_LIMIT, 1);
-		iovcnt = max_iov;
-	}
-	for (__u32 i = 0; i < max_iov; i++) {
-		if (i >= iovcnt || off >= cap)
-			break;
-		struct iovec iov = {};
-		if (bpf_probe_read_user(&iov, sizeof(iov), (void *)(iov_ptr + i * sizeof(iov))))
-			break;
-		__u32 n = cap - off;
-		if (iov.iov_len < n)
-			n = iov.iov_len;
-		/* off < cap <= MAX_CAPTURE and n <= cap - off, but the verifier cannot follow
-		 * that: restate both bounds where it can see them. */
-		off &= MAX_CAPTURE - 1;
-		n = bounded(n, MAX_CAPTURE);
-		if (bpf_probe_read_user(&s->payload[off], n, iov.iov_base))
-			break;
-		off += n;
-	}
-	return off;
-}
-
-/* "POST " and a path whose first 8 bytes are a wide key: an LLM API request, whose
- * bodies (a long prompt, a long answer) are worth a wider capture. */
-static __always_inline bool wide_request(struct scratch *s, __u32 got)
-{
-	if (got < 13 || !cfg.wide_key_count)
-		return false;
-	if (s->payload[0] != 'P' || s->payload[1] != 'O' || s->payload[2] != 'S' ||
-	    s->payload[3] != 'T' || s->payload[4] != ' ')
-		return false;
-	__u64 key = 0;
-	__builtin_memcpy(&key, &s->payload[5], sizeof(key));
-	for (__u32 i = 0; i < MAX_WIDE_KEYS; i++) {
-		if (i >= cfg.wide_key_count)
-			break;
-		if (cfg.wide_keys[i] == key)
-			return true;
-	}
-	return false;
-}
-
-/* Emit one data event of `len` bytes for the connection; the payload comes from a plain
- * buffer (buf) or an iovec array (iov, iovcnt). */
-/* Stream sockets may be widened (`widen`); on a wide connection a plain-buffer message
- * longer than the capture also sends its last bytes (tail_len). */
-static __always_inline void emit_data(struct conn_state *st, struct syscall_args *a, __u8 dir,
-				      __u64 len, __u64 buf, __u64 iov, __u32 iovcnt,
-				      struct addr *peer, __u32 tcp_seq, const __u32 max_iov,
-				      const bool widen)
-{
-	__u32 cpu = bpf_get_smp_processor_id();
-	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &cpu);
-	if (!s)
-		return;
-	struct data_event *ev = &s->ev;
-	__u32 limit = st->wide ? cfg.wide_capture : cfg.capture_max;
-	__u32 cap = len < limit ? len : limit;
-	cap = bounded(cap, MAX_CAPTURE);
-
-	ev->hdr.type = EV_DATA;
-	ev->hdr.tid = (__u32)bpf_get_current_pid_tgid();
-	ev->hdr.ts_ns = a->enter_ns;
-	ev->exit_ns = bpf_ktime_get_ns();
-	ev->key = st->key;
-	ev->direction = dir;
-	ev->msg_len = len;
-	ev->flags = 0;
-	ev->tcp_seq = tcp_seq;
-	ev->task = task_of_thread((__u32)bpf_get_current_pid_tgid());
-	if (peer) {
-		ev->peer = *peer;
-		ev->flags |= peer->family ? DATA_F_HAS_PEER : 0;
-	} else {
-		__builtin_memset(&ev->peer, 0, sizeof(ev->peer));
-	}
-	dir &= 1;
-	ev->pos = st->pos[dir];
-	st->pos[dir] += len;
-
-	__u32 got;
-	if (iov) {
-		got = copy_iov(s, iov, iovcnt, cap, max_iov);
-	} else {
-		got = cap;
-		if (bpf_probe_read_user(s->payload, cap, (void *)buf))
-			got = 0;
-	}
-	got = bounded(got, MAX_CAPTURE);
-	if (widen && !st->wide && wide_request(s, got)) {
-		st->wide = 1;
-		count(CNT_WIDENED, 1);
-		if (buf && got < len) { /* this very message is the request: copy it again, wider */
-			cap = len < cfg.wide_capture ? len : cfg.wide_capture;
-			cap = bounded(cap, MAX_CAPTURE);
-			if (!bpf_probe_read_user(s->payload, cap, (void *)buf))
-				got = cap;
+	struct ssl_call *call = bpf_map_lookup_elem(&ssl_inflight, &id);
+	if (call) {
+		if (call->fd < 0) {
+			call->fd = a->fd;
+			call->seq = seq;
+			call->has_seq = !!(st->flags & CONN_F_TCP);
 		}
+		st->tls = 1;
+	} else if (dir == DIR_INGRESS && st->traced && (st->flags & CONN_F_TCP)) {
+		__u32 tid = (__u32)id;
+		struct last_read last = {.fd = a->fd, .seq = seq, .has_seq = 1, .fresh = 1};
+		bpf_map_update_elem(&last_reads, &tid, &last, BPF_ANY);
 	}
-	__u32 tail = 0;
-	if (widen && buf && st->wide && got < len && cfg.tail_capture) {
-		tail = len - got < cfg.tail_capture ? len - got : cfg.tail_capture;
-		tail = bounded(tail, MAX_CAPTURE);
-		__u32 off = bounded(got, MAX_CAPTURE);
-		if (bpf_probe_read_user(&s->payload[off], tail, (void *)(buf + len - tail)))
-			tail = 0;
-	}
-	if (st->wide)
-		ev->flags |= DATA_F_WIDE;
-	ev->tail_len = tail;
-	__u32 size = bounded(got + tail, 2 * MAX_CAPTURE);
-	ev->captured_len = size;
-	if (size < len) {
-		ev->flags |= DATA_F_TRUNCATED;
-		count(CNT_TRUNCATED, 1);
-	}
-	if (bpf_ringbuf_output(&events, ev, sizeof(*ev) + size, wakeup_flags()))
-		count(CNT_RINGBUF_DROPS, 1);
-	else
-		count(CNT_DATA_EVENTS, 1);
-}
-
-/* TCP sequence number of the first byte a call moved. Both counters have already moved
- * past the call's bytes on exit. */
-static __always_inline __u32 tcp_seq_of(struct conn_state *st, struct sock *sk, __u8 dir,
-					 __u64 len)
-{
-	if (!(st->flags & CONN_F_TCP))
-		return 0;
-	struct tcp_sock *tp = (struct tcp_sock *)sk;
-	__u32 seq = dir == DIR_EGRESS ? BPF_CORE_READ(tp, write_seq) : BPF_CORE_READ(tp, copied_seq);
-	return seq - (__u32)len;
+	if (!st->tls)
+		return false;
+	st->pos[dir & 1] += ret;
+	return true;
 }
 
 static __always_inline int on_exit(struct trace_event_raw_sys_exit *ctx, __u8 dir)
@@ -622,21 +125,24 @@ static __always_inline int on_exit(struct trace_event_raw_sys_exit *ctx, __u8 di
 			bpf_probe_read_user(&name, sizeof(name), (void *)a.ptr); /* msg_hdr.msg_name */
 		read_sockaddr(name, &peer);
 	}
+	__u32 seq = tcp_seq_of(st, sk, dir, ret);
+	if (!datagram && tls_bookkeeping(st, &a, dir, ret, seq, id))
+		return 0;
 	if (!st->traced && !(datagram && datagram_selected(st, sk, &peer)))
 		return 0;
-	__u32 seq = tcp_seq_of(st, sk, dir, ret);
 
 	switch (a.kind) {
 	case ARG_BUF:
 		emit_data(st, &a, dir, ret, a.ptr, 0, 0, datagram ? &peer : NULL, seq, 0,
-			  !datagram);
+			  !datagram, false, true);
 		break;
 	case ARG_IOV:
-		emit_data(st, &a, dir, ret, 0, a.ptr, a.count, NULL, seq, MAX_IOV, !datagram);
+		emit_data(st, &a, dir, ret, 0, a.ptr, a.count, NULL, seq, MAX_IOV, !datagram,
+			  false, true);
 		break;
 	case ARG_MSG:
 		emit_data(st, &a, dir, ret, 0, (__u64)msg.msg_iov, msg.msg_iovlen,
-			  datagram ? &peer : NULL, seq, MAX_IOV, !datagram);
+			  datagram ? &peer : NULL, seq, MAX_IOV, !datagram, false, true);
 		break;
 	case ARG_MMSG: {
 		/* One event per datagram: ret is the number of messages moved. */
@@ -655,7 +161,7 @@ static __always_inline int on_exit(struct trace_event_raw_sys_exit *ctx, __u8 di
 			struct addr p = {};
 			read_sockaddr((__u64)mm.msg_hdr.msg_name, &p);
 			emit_data(st, &a, dir, mm.msg_len, 0, (__u64)mm.msg_hdr.msg_iov,
-				  mm.msg_hdr.msg_iovlen, &p, 0, MAX_MMSG_IOV, false);
+				  mm.msg_hdr.msg_iovlen, &p, 0, MAX_MMSG_IOV, false, false, true);
 		}
 		return 0;
 	}

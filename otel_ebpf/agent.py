@@ -115,6 +115,8 @@ class Agent:
                                    self.libbpf_log)
         if self.cfg.receiver.correlation_asyncio_tasks:
             self.tracer.asyncio.scan_all()
+        if self.cfg.receiver.tls_openssl:
+            self.tracer.ssl.scan_all()
         log.info("attached %d programs; parsers: %s", self.tracer.programs,
                  ", ".join(p.name for p in self.registry.parsers))
         print(READY_LINE, file=sys.stderr, flush=True)
@@ -156,6 +158,8 @@ class Agent:
                 self.resources.prime(ev.key[0], ev.comm)
                 if self.cfg.receiver.correlation_asyncio_tasks and self.tracer is not None:
                     self.tracer.asyncio.scan([ev.key[0]])
+                if self.cfg.receiver.tls_openssl and self.tracer is not None:
+                    self.tracer.ssl.scan([ev.key[0]])
             elif type(ev) is ProcessExit:
                 self._primed.discard(ev.pid)
                 self.span_metrics.forget(ev.pid)
@@ -177,6 +181,8 @@ class Agent:
             self.stats.set_total("kernel.drops", n, cpu=str(cpu))
         self.stats.set_total("kernel.truncations", sum(counters["truncated"]))
         self.stats.set_total("kernel.widened", sum(counters["widened"]))
+        self.stats.set_total("tls.unbound", sum(counters["tls_unbound"]))
+        self.stats.set_total("tls.uncovered", len(self.tracer.ssl.static_uncovered))
 
     def shutdown(self) -> None:
         if self.tracer is not None:

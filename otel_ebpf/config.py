@@ -505,6 +505,7 @@ _RECEIVER = _Map(
                 "asyncio_tasks": _Bool(True),
             }
         ),
+        "tls": _Map({"openssl": _Bool(True)}),
         "protocols": _Map(
             {
                 "enabled": _List(
@@ -1013,6 +1014,7 @@ class EbpfReceiver:
     correlation_window_s: float = _D["correlation"]["window"]
     correlation_headers: tuple[str, ...] = tuple(_D["correlation"]["headers"])
     correlation_asyncio_tasks: bool = _D["correlation"]["asyncio_tasks"]
+    tls_openssl: bool = _D["tls"]["openssl"]
     protocols_enabled: tuple[str, ...] = tuple(_D["protocols"]["enabled"])
     # parser name -> its options; http1's as {response_timeout_s, capture_headers, ...}
     protocol_options: dict[str, dict] = field(
@@ -1094,6 +1096,7 @@ def _build(tree: dict) -> Config:
             correlation_window_s=e["correlation"]["window"],
             correlation_headers=tuple(h.lower() for h in e["correlation"]["headers"]),
             correlation_asyncio_tasks=e["correlation"]["asyncio_tasks"],
+            tls_openssl=e["tls"]["openssl"],
             protocols_enabled=tuple(e["protocols"]["enabled"]),
             protocol_options=_protocol_options(e["protocols"]),
         ),

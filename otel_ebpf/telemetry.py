@@ -14,6 +14,10 @@ COUNTERS: dict[str, tuple[str, str]] = {
     "kernel.truncations": ("{event}", "Messages longer than the capture size"),
     "kernel.widened": ("{connection}", "Connections captured wider: an LLM or vector-DB API "
                        "request was seen on them (capture.llm_max_bytes)"),
+    "tls.unbound": ("{call}", "SSL_read/SSL_write calls whose socket could not be found "
+                    "(their plaintext is lost)"),
+    "tls.uncovered": ("{file}", "Executables with OpenSSL linked in without symbols: their "
+                      "TLS traffic cannot be read"),
     "gaps": ("{gap}", "Stream positions missing in user space (lost or uncaptured bytes)"),
     "parse.errors": ("{error}", "Bytes a parser rejected as not its protocol (then resynced)"),
     "connections.tracked": ("{connection}", "Connections opened in the connection table"),

@@ -83,6 +83,7 @@ class ConnInfo:
     remote_addr: str = ""
     remote_port: int = 0
     comm: str = ""  # kernel command name (15 chars) of the process at open
+    tls: bool = False  # the bytes parsed are TLS plaintext (OpenSSL uprobes)
 
     @property
     def key(self) -> tuple[int, int, int]:

@@ -43,6 +43,8 @@ enum data_flags {
 	DATA_F_TRUNCATED = 1 << 0, /* msg_len > captured_len */
 	DATA_F_HAS_PEER = 1 << 1,  /* peer holds the datagram's source or destination */
 	DATA_F_WIDE = 1 << 2,      /* captured with the wide capture size (see agent_config) */
+	DATA_F_TLS = 1 << 3,       /* plaintext of a TLS session (OpenSSL uprobes); its own positions */
+	DATA_F_NO_SEQ = 1 << 4,    /* tcp_seq unknown (TLS plaintext not tied to one syscall) */
 };
 
 /* Counters in the per-CPU `counters` array, by index. */
@@ -54,6 +56,7 @@ enum counter_idx {
 	CNT_DATA_EVENTS = 4,
 	CNT_IOV_LIMIT = 5,      /* iovec or mmsg entries beyond MAX_IOV/MAX_MMSG not captured */
 	CNT_WIDENED = 6,        /* connections whose capture was widened (an LLM request seen) */
+	CNT_TLS_UNBOUND = 7,    /* SSL calls whose socket could not be found (plaintext lost) */
 	CNT_MAX = 8,
 };
 

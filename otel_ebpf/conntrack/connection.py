@@ -44,6 +44,7 @@ class Connection:
         "info", "parser", "state", "streams", "frame_start", "resync", "pending",
         "infer_attempts", "unparsed", "last_ns", "tcp", "frames_out",
     )
+    # (streams, frame_start, resync, pending, infer_attempts, unparsed: see _start_parsing)
 
     def __init__(self, info: ConnInfo, tcp: bool,
                  frames_out: list[tuple[ConnInfo, Frame]] | None = None) -> None:
@@ -52,6 +53,12 @@ class Connection:
         # finished frames go here as they complete, before any span: correlate/ decides a
         # request's trace and parent from what was open when it was made
         self.frames_out = frames_out
+        self.last_ns = info.generation  # kernel time the socket was first seen
+        self._start_parsing()
+
+    def _start_parsing(self) -> None:
+        """No parser yet, nothing seen: a new connection, or one whose TLS plaintext
+        starts (what came before was the handshake's ciphertext)."""
         self.parser: ProtocolParser | None = None
         self.state: ParserState | None = None
         self.streams = (Stream(), Stream())
@@ -62,7 +69,6 @@ class Connection:
             deque(), deque())
         self.infer_attempts = 0
         self.unparsed = False
-        self.last_ns = info.generation  # kernel time the socket was first seen
 
     def adopt(self, parser: ProtocolParser, role: Role) -> None:
         """Parse this connection with `parser`, the traced process having `role`."""
@@ -82,11 +88,18 @@ class Connection:
     def on_data(
         self, direction: Direction, pos: int, msg_len: int, payload: bytes,
         start_ns: int, end_ns: int, tcp_seq: int, registry: Registry, stats: Stats,
-        tid: int = 0, task: int = 0, tail: bytes = b"",
+        tid: int = 0, task: int = 0, tail: bytes = b"", tls: bool = False,
     ) -> None:
         """`payload` is the message's captured prefix; `tail`, when the kernel sent one, its
-        last bytes (the bytes between were not captured: a long prompt's middle)."""
+        last bytes (the bytes between were not captured: a long prompt's middle). `tls`:
+        plaintext from the TLS library; once it comes, the socket's own bytes (ciphertext)
+        are ignored and parsing starts over on the plaintext."""
         self.last_ns = end_ns
+        if tls != self.info.tls:
+            if not tls:
+                return  # ciphertext the kernel sent before it knew the session
+            self.info = dataclasses.replace(self.info, tls=True)
+            self._start_parsing()
         if self.unparsed:
             return
         if self.parser is None and not self._infer(direction, payload, registry, stats):
@@ -98,7 +111,7 @@ class Connection:
         stream = self.streams[direction]
         if stream.started and pos > stream.known_end:
             stats.add("gaps")  # events lost between the last one and this
-        seq = tcp_seq if self.tcp else None
+        seq = tcp_seq if self.tcp else None  # None from the kernel: unknown
         end = pos + msg_len
         if tail and len(payload) + len(tail) < msg_len:
             # two chunks: the prefix (its uncaptured rest is a hole) and the last bytes

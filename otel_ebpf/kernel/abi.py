@@ -22,7 +22,7 @@ MAX_WIDE_KEYS = 16
 EV_CONN_OPEN, EV_CONN_CLOSE, EV_DATA, EV_PROC_EXIT, EV_TASK_NEW = 1, 2, 3, 4, 5
 
 CONN_F_STREAM, CONN_F_UNIX, CONN_F_TCP, CONN_F_PREEXISTING = 1, 2, 4, 8
-DATA_F_TRUNCATED, DATA_F_HAS_PEER, DATA_F_WIDE = 1, 2, 4
+DATA_F_TRUNCATED, DATA_F_HAS_PEER, DATA_F_WIDE, DATA_F_TLS, DATA_F_NO_SEQ = 1, 2, 4, 8, 16
 
 # enum counter_idx
 COUNTER_NAMES = {
@@ -33,6 +33,7 @@ COUNTER_NAMES = {
     4: "data_events",
     5: "iov_limit",
     6: "widened",
+    7: "tls_unbound",
 }
 CNT_MAX = 8
 
@@ -91,11 +92,12 @@ class DataEvent:
     direction: Direction
     pos: int  # stream position of the first byte
     msg_len: int  # bytes the syscall moved; len(payload) may be less
-    tcp_seq: int  # meaningful for TCP connections only
+    tcp_seq: int | None  # meaningful for TCP connections only; None: unknown (TLS)
     payload: bytes  # the message's first captured bytes
     peer: tuple[str, int] | None  # datagram source or destination
     task: int = 0  # the asyncio task running on the thread (its object's address), or 0
     tail: bytes = b""  # the message's last bytes, when its middle was not captured
+    tls: bool = False  # TLS plaintext (OpenSSL uprobes): positions of its own
 
     @property
     def truncated(self) -> bool:
@@ -159,11 +161,12 @@ def _decode_data(buf: bytes) -> DataEvent:
         direction=Direction(direction & 1),
         pos=pos,
         msg_len=msg_len,
-        tcp_seq=seq,
+        tcp_seq=None if flags & DATA_F_NO_SEQ else seq,
         payload=bytes(buf[DATA.size : head_end]),
         peer=peer,
         task=task,
         tail=bytes(buf[head_end : DATA.size + captured]) if tail_len else b"",
+        tls=bool(flags & DATA_F_TLS),
     )
 
 

@@ -11,9 +11,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from elftools.elf.elffile import ELFFile
-
-from .loader import BPFError, BPFObject
+from .loader import BPFObject
+from .uprobes import LibraryProbes
 
 log = logging.getLogger(__name__)
 
@@ -48,28 +47,6 @@ def asyncio_libraries_of(pid: int | str, proc_root: str = "/proc") -> set[tuple[
     return found
 
 
-def file_offsets(path: str, names: tuple[str, ...]) -> dict[str, int]:
-    """File offsets of local or global functions, from .symtab (static functions are only
-    there: a stripped build, like Debian's, has none and is reported as not covered)."""
-    out: dict[str, int] = {}
-    with open(path, "rb") as f:
-        elf = ELFFile(f)
-        symtab = elf.get_section_by_name(".symtab")
-        if symtab is None:
-            return out
-        wanted = set(names)
-        for sym in symtab.iter_symbols():
-            if sym.name in wanted and sym["st_info"]["type"] == "STT_FUNC" and sym["st_value"]:
-                out[sym.name] = sym["st_value"]
-        # uprobes take file offsets: vaddr -> offset through the segment that maps it
-        for name, vaddr in list(out.items()):
-            for seg in elf.iter_segments():
-                if seg["p_type"] == "PT_LOAD" and seg["p_vaddr"] <= vaddr < seg["p_vaddr"] + seg["p_memsz"]:
-                    out[name] = vaddr - seg["p_vaddr"] + seg["p_offset"]
-                    break
-    return out
-
-
 def interpreters_of(pid: int | str, proc_root: str = "/proc") -> set[str]:
     """Files that may hold the interpreter's own functions: a mapped libpython, else the
     executable (static builds: python-build-standalone, many distributions' python3)."""
@@ -87,14 +64,13 @@ def interpreters_of(pid: int | str, proc_root: str = "/proc") -> set[str]:
     return found
 
 
-class AsyncioProbes:
+class AsyncioProbes(LibraryProbes):
     """Attaches the task uprobes once per library file (every process using it)."""
 
     def __init__(self, obj: BPFObject) -> None:
-        self.obj = obj
+        super().__init__(obj)
         self.attached: dict[str, AsyncioLibrary] = {}
         self.interpreters: set[str] = set()
-        self.uncovered: set[str] = set()
 
     def scan(self, pids: list[int | str]) -> int:
         """Attach to the libraries these processes map; returns how many were new."""
@@ -124,7 +100,7 @@ class AsyncioProbes:
             self.uncovered.add(path)
             return 0
         step = "task_step_enter_arg0" if minor == 11 else "task_step_enter_arg1"
-        offsets = self._probe(path, "asyncio tasks", [
+        offsets = self.probe(path, "asyncio tasks", [
             (step, TASK_STEP, False), ("task_step_exit", TASK_STEP, True),
             ("task_init", TASK_INIT, False)])
         if offsets is None:
@@ -133,36 +109,10 @@ class AsyncioProbes:
         return 1
 
     def _attach_interpreter(self, path: str) -> int:
-        offsets = self._probe(path, "contexts", [
+        offsets = self.probe(path, "contexts", [
             ("context_run_enter", CONTEXT_RUN, False), ("context_run_exit", CONTEXT_RUN, True),
             ("context_dealloc", CONTEXT_DEALLOC, False)])
         if offsets is None:
             return 0
         self.interpreters.add(path)
         return 1
-
-    def _probe(self, path: str, what: str, probes: list[tuple[str, str, bool]]
-               ) -> dict[str, int] | None:
-        """Attach (program, symbol, retprobe) probes on `path`; None, logged, when the
-        symbols are missing (a stripped build) or attaching fails."""
-        symbols = tuple({symbol for _, symbol, _ in probes})
-        try:
-            offsets = file_offsets(path, symbols)
-        except (OSError, ValueError) as exc:
-            offsets, why = {}, str(exc)
-        else:
-            why = "no symbol " + ", ".join(s for s in symbols if s not in offsets)
-        if len(offsets) < len(symbols):
-            log.info("%s in %s not covered (%s): correlated without that evidence",
-                     what, path, why)
-            self.uncovered.add(path)
-            return None
-        try:
-            for program, symbol, retprobe in probes:
-                self.obj.attach_uprobe(program, path, offsets[symbol], retprobe=retprobe)
-        except BPFError as exc:
-            log.warning("%s probes on %s failed: %s", what, path, exc)
-            self.uncovered.add(path)
-            return None
-        log.info("%s probes attached to %s", what, path)
-        return offsets

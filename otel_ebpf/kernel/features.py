@@ -125,7 +125,7 @@ def _check_ringbuf() -> Check:
 def _check_socket_program() -> Check:
     log = libbpf.LibbpfLog()
     try:
-        obj = BPFObject("socket_trace", log)
+        obj = BPFObject("capture", log)
     except BPFError as exc:
         return Check("socket capture program", False, str(exc))
     try:
@@ -144,7 +144,8 @@ def _check_socket_program() -> Check:
 
 def _check_asyncio_symbols() -> Check:
     """Which running Pythons' asyncio the task probes can see (correlation evidence)."""
-    from .asyncio_probes import TASK_INIT, TASK_STEP, asyncio_libraries_of, file_offsets
+    from .asyncio_probes import TASK_INIT, TASK_STEP, asyncio_libraries_of
+    from .uprobes import file_offsets
 
     libraries = {path for p in Path("/proc").iterdir() if p.name.isdigit()
                  for path, _ in asyncio_libraries_of(p.name)}
@@ -180,7 +181,7 @@ def run_checks() -> list[Check]:
                     "available, though the agent does not depend on them", required=False),
         _check_perf_events(),
         _check_asyncio_symbols(),
-        _check_path("BPF objects", str(bpf_dir() / "socket_trace.bpf.o"), str(bpf_dir()),
+        _check_path("BPF objects", str(bpf_dir() / "capture.bpf.o"), str(bpf_dir()),
                     required=True),
     ]
     if all(c.ok for c in checks if c.required):

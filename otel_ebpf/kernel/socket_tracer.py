@@ -1,4 +1,5 @@
-"""The socket capture program (bpf/socket_trace.bpf.c): configure, load, attach, drain."""
+"""The capture programs (bpf/socket_trace.bpf.c, bpf/ssl_trace.bpf.c, linked into
+build/capture.bpf.o): configure, load, attach, drain."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from . import abi
 from .asyncio_probes import AsyncioProbes
+from .ssl_probes import SSLProbes
 from .libbpf import LibbpfLog, lib
 from .loader import BPFError, BPFObject, RingBuffer, check_btf, ensure_tracefs
 
@@ -74,7 +76,7 @@ class SocketTracer:
     def __init__(self, settings: CaptureSettings, libbpf_log: LibbpfLog) -> None:
         check_btf()
         ensure_tracefs()
-        self.obj = BPFObject("socket_trace", libbpf_log)
+        self.obj = BPFObject("capture", libbpf_log)
         try:
             self._configure(settings)
             self.obj.load()
@@ -82,6 +84,7 @@ class SocketTracer:
             self.programs = self.obj.attach_all()
             self.ring = RingBuffer([self.obj.map("events")])
             self.asyncio = AsyncioProbes(self.obj)
+            self.ssl = SSLProbes(self.obj)
         except BaseException:
             self.obj.close()
             raise

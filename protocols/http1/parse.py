@@ -105,6 +105,9 @@ class HTTPMessage(Frame):
     index: int = -1  # which request of the connection this is or answers; -1: unknown
     close_head: int = -1  # a body the close delimits starts after this many bytes
     content_type: str = ""
+    # the close came before the body's end: the bytes that came are the message (an SSE
+    # client that stops reading at "data: [DONE]" never reads the last chunk over TLS)
+    incomplete: bool = False
     # the layer that wants this exchange, and the body it reads for it (else: skipped)
     layer: HTTPLayer | None = None
     body: BodyCapture | None = None
@@ -569,9 +572,16 @@ def resync(direction: Direction, buf, state: HTTP1State) -> int | None:
 def finish(direction: Direction, state: HTTP1State) -> HTTPMessage | None:
     state.closed = True  # finish is called at close, before the last stitch
     s = state.streams[direction]
-    if s.body not in (Body.UNTIL_CLOSE, Body.READ_UNTIL_CLOSE) or state.tunnel:
+    if state.tunnel or s.frame is None:
         return None
-    return _complete(s, s.frame, 0)[1]
+    if s.body in (Body.UNTIL_CLOSE, Body.READ_UNTIL_CLOSE):
+        return _complete(s, s.frame, 0)[1]
+    if direction == state.requests:
+        return None  # a request cut short was never answered: stitch reports it
+    frame = s.frame
+    frame.incomplete = True
+    s.reset()
+    return frame
 
 
 def skip_lost(direction: Direction, lost: int, state: HTTP1State) -> bool:

@@ -13,7 +13,7 @@ PROTOCOL = "http1"
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
 # semconv: values of these query keys are replaced by REDACTED by default
 _REDACTED_QUERY_KEYS = frozenset({"awsaccesskeyid", "signature", "sig", "x-goog-signature"})
-_DEFAULT_PORT = 80
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 Attributes = dict[str, AttributeValue]
 
@@ -24,7 +24,7 @@ def to_spans(record: HTTPRecord, conn: ConnInfo, capture_headers: bool = False) 
     attrs: Attributes = {}
     name = _method(request.method, attrs)
     _connection(conn, attrs)
-    _url(request.target, attrs)
+    _url(request.target, attrs, scheme_of(conn))
     _SIDES[kind](request, conn, attrs)
     _message(request, response, attrs)
     if capture_headers:
@@ -60,7 +60,7 @@ def _exchange(record: HTTPRecord, conn: ConnInfo, kind: SpanKind) -> HTTPExchang
         method=request.method,
         target=request.target,
         host=request.host,
-        scheme="http",
+        scheme=scheme_of(conn),
         request_content_type=request.content_type,
         request_body=request.body,
         status=response.status if response is not None else None,
@@ -96,17 +96,22 @@ def _connection(conn: ConnInfo, attrs: Attributes) -> None:
         attrs["network.peer.port"] = conn.remote_port
 
 
-def _url(target: str, attrs: Attributes) -> None:
+def scheme_of(conn: ConnInfo) -> str:
+    """What the connection's bytes were: TLS plaintext (from the TLS library) or plain."""
+    return "https" if conn.tls else "http"
+
+
+def _url(target: str, attrs: Attributes, conn_scheme: str = "http") -> None:
     """url.path, url.query and url.scheme from the request target (origin or absolute form)."""
     if target.startswith("/"):
         path, mark, query = target.partition("?")
-        scheme = "http"
+        scheme = conn_scheme
     elif "://" in target:  # absolute form, sent to proxies
         parts = urlsplit(target)
         path, mark, query, scheme = parts.path, "?" if parts.query else "", parts.query, parts.scheme
     else:  # "*" (OPTIONS) or an authority (CONNECT): no path
-        path, mark, query, scheme = "", "", "", "http"
-    attrs["url.scheme"] = scheme or "http"
+        path, mark, query, scheme = "", "", "", conn_scheme
+    attrs["url.scheme"] = scheme or conn_scheme
     if path:
         attrs["url.path"] = path
     if mark:
@@ -168,13 +173,14 @@ def _full_url(request: HTTPRequest, conn: ConnInfo) -> str:
         return ""
     authority = request.host or _authority(conn)
     path, mark, query = target.partition("?")
-    return f"http://{authority}{path}{mark}{redact_query(query) if mark else ''}"
+    return f"{scheme_of(conn)}://{authority}{path}{mark}{redact_query(query) if mark else ''}"
 
 
 def _authority(conn: ConnInfo) -> str:
     """host[:port] of the peer, for a request that carried no Host header (HTTP/1.0)."""
     host = f"[{conn.remote_addr}]" if ":" in conn.remote_addr else conn.remote_addr
-    return host if conn.remote_port in (0, _DEFAULT_PORT) else f"{host}:{conn.remote_port}"
+    default = _DEFAULT_PORTS[scheme_of(conn)]
+    return host if conn.remote_port in (0, default) else f"{host}:{conn.remote_port}"
 
 
 _SIDES = {SpanKind.SERVER: _server_side, SpanKind.CLIENT: _client_side}
@@ -191,6 +197,9 @@ def _message(request: HTTPRequest, response: HTTPResponse | None, attrs: Attribu
     attrs["http.response.status_code"] = response.status
     if response.body_bytes is not None:
         attrs["http.response.body.size"] = response.body_bytes
+    if response.incomplete:
+        # ours: the connection closed before the body's end (the size is what came)
+        attrs["otel_ebpf.http.response.incomplete"] = True
     protocol = response.upgrade or request.upgrade
     if response.upgraded and protocol:
         # ours, not semconv: what the connection speaks after this exchange

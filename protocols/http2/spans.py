@@ -5,7 +5,16 @@ left out, never guessed: a span may lack its method or path, never carry a wrong
 from __future__ import annotations
 
 from ..base import AttributeValue, ConnInfo, NeutralSpan, Role, SpanKind, StatusCode
-from ..http1.spans import _authority, _connection, _host_port, _method, _status, _url, redact_query
+from ..http1.spans import (
+    _authority,
+    _connection,
+    _host_port,
+    _method,
+    _status,
+    _url,
+    redact_query,
+    scheme_of,
+)
 from ..layers import HTTPExchange, apply_layer
 from . import grpc
 from .frames import error_name
@@ -53,7 +62,7 @@ def _exchange(record: H2Record, conn: ConnInfo, kind: SpanKind, end_ns: int) -> 
         method=request.method or "",
         target=request.path or "",
         host=request.authority or "",
-        scheme=request.scheme or "http",
+        scheme=request.scheme or scheme_of(conn),
         request_content_type=request.content_type or "",
         request_body=request.body,
         status=response.status if answered else None,
@@ -176,8 +185,9 @@ def _http(record: H2Record, kind: SpanKind, conn: ConnInfo, attrs: Attributes,
     request, response = record.request, record.response
     name = _method(request.method, attrs) if request.method is not None else "HTTP"
     if request.path is not None:
-        _url(request.path, attrs)
-    attrs["url.scheme"] = request.scheme or "http"  # plain-text bytes: h2c unless :scheme says
+        _url(request.path, attrs, scheme_of(conn))
+    # :scheme when HPACK let us see it, else what the connection was
+    attrs["url.scheme"] = request.scheme or scheme_of(conn)
     _server_address(request, conn, kind, attrs)
     if kind == SpanKind.CLIENT and request.path is not None and request.path.startswith("/"):
         path, mark, query = request.path.partition("?")

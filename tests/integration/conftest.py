@@ -30,8 +30,8 @@ def require_kernel() -> None:
     reasons = []
     if os.geteuid() != 0:
         reasons.append("not root")
-    if not (REPO / "bpf/build/socket_trace.bpf.o").is_file():
-        reasons.append("bpf/build/socket_trace.bpf.o not built (make -C bpf)")
+    if not (REPO / "bpf/build/capture.bpf.o").is_file():
+        reasons.append("bpf/build/capture.bpf.o not built (make -C bpf)")
     if reasons:
         msg = "kernel test needs: " + "; ".join(reasons)
         if REQUIRE_BPF:
@@ -255,11 +255,13 @@ def uvicorn_server(tmp_path: Path) -> Iterator[int]:
         stop_process(proc)
 
 
-def run_client(kind: str, port: int, paths: list[str]) -> list[dict]:
+def run_client(kind: str, port: int, paths: list[str], scheme: str = "http",
+               env: dict | None = None) -> list[dict]:
     """Run a client in its own process; return its per-request timings."""
     out = subprocess.run(
         [sys.executable, "-m", "tests.integration.peers.http_client", kind,
-         f"http://127.0.0.1:{port}", *paths],
+         f"{scheme}://127.0.0.1:{port}", *paths],
         cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
+        env={**os.environ, **(env or {})},
     )
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]

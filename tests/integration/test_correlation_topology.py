@@ -40,6 +40,7 @@ def interpreter_has_symbols() -> bool:
     """The services run on this interpreter: a stripped build gives no task evidence."""
     import _asyncio
 
-    from otel_ebpf.kernel.asyncio_probes import TASK_INIT, TASK_STEP, file_offsets
+    from otel_ebpf.kernel.asyncio_probes import TASK_INIT, TASK_STEP
+    from otel_ebpf.kernel.uprobes import file_offsets
 
     return len(file_offsets(_asyncio.__file__, (TASK_STEP, TASK_INIT))) == 2

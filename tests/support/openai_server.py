@@ -60,6 +60,7 @@ import hashlib
 import json
 import os
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -555,23 +556,26 @@ class RunningServer:
     proc: subprocess.Popen
     log: Path
 
+    scheme: str = "http"
+
     @property
     def base_url(self) -> str:
         """For openai.OpenAI(base_url=...): includes /v1."""
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{self.scheme}://127.0.0.1:{self.port}/v1"
 
     @property
     def root_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
 
 @contextlib.contextmanager
 def openai_server(first_token_delay: float = 0.2, token_interval: float = 0.05,
                   tokens: int = 10, port: int | None = None, log: Path | None = None,
-                  env: dict | None = None, start_timeout_s: float = 20.0
-                  ) -> Iterator[RunningServer]:
+                  env: dict | None = None, start_timeout_s: float = 20.0,
+                  tls: tuple[Path, Path, Path] | None = None) -> Iterator[RunningServer]:
     """Start the server with `python -m tests.support.openai_server` and wait (bounded)
-    until /health answers; stop it on exit."""
+    until /health answers; stop it on exit. `tls`: (certificate, key, CA that signed
+    them): serve HTTPS."""
     import urllib.request
 
     port = port or free_port()
@@ -583,7 +587,8 @@ def openai_server(first_token_delay: float = 0.2, token_interval: float = 0.05,
         proc = subprocess.Popen(
             [sys.executable, "-m", "tests.support.openai_server", "--port", str(port),
              "--first-token-delay", str(first_token_delay),
-             "--token-interval", str(token_interval), "--tokens", str(tokens)],
+             "--token-interval", str(token_interval), "--tokens", str(tokens),
+             *(["--ssl-certfile", str(tls[0]), "--ssl-keyfile", str(tls[1])] if tls else [])],
             cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
         )
     try:
@@ -593,14 +598,17 @@ def openai_server(first_token_delay: float = 0.2, token_interval: float = 0.05,
                 raise RuntimeError(f"openai_server exited with {proc.returncode}:\n"
                                    f"{log.read_text()[-2000:]}")
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
+                scheme = "https" if tls else "http"
+                context = ssl.create_default_context(cafile=str(tls[2])) if tls else None
+                with urllib.request.urlopen(f"{scheme}://127.0.0.1:{port}/health", timeout=1,
+                                            context=context):
                     break
             except OSError:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"openai_server not up on {port} after "
                                        f"{start_timeout_s}s") from None
                 time.sleep(0.05)
-        yield RunningServer(port, proc, log)
+        yield RunningServer(port, proc, log, "https" if tls else "http")
     finally:
         stop_process(proc)
 
@@ -617,13 +625,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens", type=int, default=Settings.tokens,
                         help="content tokens per answer")
     parser.add_argument("--access-log", action="store_true")
+    parser.add_argument("--ssl-certfile", help="serve HTTPS with this certificate (PEM)")
+    parser.add_argument("--ssl-keyfile", help="... and this private key (PEM)")
     args = parser.parse_args(argv)
     settings = Settings(min(max(args.first_token_delay, 0.0), MAX_DELAY_S),
                         min(max(args.token_interval, 0.0), MAX_DELAY_S),
                         min(max(args.tokens, 0), MAX_TOKENS))
     uvicorn.run(create_app(settings), host="127.0.0.1", port=args.port,
                 log_level="info" if args.access_log else "warning",
-                access_log=args.access_log)
+                access_log=args.access_log, ssl_certfile=args.ssl_certfile,
+                ssl_keyfile=args.ssl_keyfile)
 
 
 if __name__ == "__main__":

@@ -35,8 +35,10 @@ int main(void) {
     printf("MAX_WIDE_KEYS %d\nCNT_WIDENED %d\n", MAX_WIDE_KEYS, CNT_WIDENED);
     printf("EV %d %d %d %d %d\n", EV_CONN_OPEN, EV_CONN_CLOSE, EV_DATA, EV_PROC_EXIT,
            EV_TASK_NEW);
-    printf("F %d %d %d %d %d %d %d\n", CONN_F_STREAM, CONN_F_UNIX, CONN_F_TCP,
-           CONN_F_PREEXISTING, DATA_F_TRUNCATED, DATA_F_HAS_PEER, DATA_F_WIDE);
+    printf("F %d %d %d %d %d %d %d %d %d\n", CONN_F_STREAM, CONN_F_UNIX, CONN_F_TCP,
+           CONN_F_PREEXISTING, DATA_F_TRUNCATED, DATA_F_HAS_PEER, DATA_F_WIDE, DATA_F_TLS,
+           DATA_F_NO_SEQ);
+    printf("CNT_TLS_UNBOUND %d\n", CNT_TLS_UNBOUND);
     return 0;
 }
 """
@@ -100,7 +102,9 @@ def test_constants(c_layout):
                                                        abi.EV_TASK_NEW)]
     assert c_layout["F"].split() == [str(v) for v in (
         abi.CONN_F_STREAM, abi.CONN_F_UNIX, abi.CONN_F_TCP, abi.CONN_F_PREEXISTING,
-        abi.DATA_F_TRUNCATED, abi.DATA_F_HAS_PEER, abi.DATA_F_WIDE)]
+        abi.DATA_F_TRUNCATED, abi.DATA_F_HAS_PEER, abi.DATA_F_WIDE, abi.DATA_F_TLS,
+        abi.DATA_F_NO_SEQ)]
+    assert abi.COUNTER_NAMES[int(c_layout["CNT_TLS_UNBOUND"])] == "tls_unbound"
     assert int(c_layout["MAX_WIDE_KEYS"]) == abi.MAX_WIDE_KEYS
     assert abi.COUNTER_NAMES[int(c_layout["CNT_WIDENED"])] == "widened"
 
@@ -130,7 +134,14 @@ def test_decode_roundtrip():
                          0, 0, abi.DATA_F_TRUNCATED | abi.DATA_F_WIDE, len(tail), bytes(16), 0,
                          0, 0) + payload + tail
     ev = abi.decode(wide)
-    assert ev.payload == payload and ev.tail == tail and ev.truncated
+    assert ev.payload == payload and ev.tail == tail and ev.truncated and not ev.tls
+
+    # TLS plaintext whose TCP sequence number is unknown
+    tls = abi.DATA.pack(abi.EV_DATA, 44, 2000, *key, 2100, 0, len(payload), len(payload),
+                        77, 0, abi.DATA_F_TLS | abi.DATA_F_NO_SEQ, 0, bytes(16), 0, 0, 0
+                        ) + payload
+    ev = abi.decode(tls)
+    assert ev.tls and ev.tcp_seq is None and ev.payload == payload
 
 
 @pytest.mark.parametrize("record", [b"", b"\x09" + bytes(100), b"\x03" + bytes(10)])

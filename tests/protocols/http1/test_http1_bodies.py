@@ -127,3 +127,22 @@ def test_body_keep_limit_keeps_times_but_not_bytes():
     body = layer.seen.response_body
     assert [p.data for p in body.pieces] == [b"12345", b"678", b""]
     assert body.size == 13 and body.kept == 8 and not body.complete
+
+
+@pytest.mark.parametrize("reading", [True, False])
+def test_a_chunked_answer_cut_by_the_close_is_still_the_answer(reading):
+    """An SSE client stops reading after `data: [DONE]` and closes: over TLS it never reads
+    the record with the last chunk. The response is what came, marked incomplete."""
+    layer = EchoLayer()
+    t = _client(layer)
+    target = b"/api/s" if reading else b"/plain"
+    t.feed(OUT, b"POST %s HTTP/1.1\r\nContent-Length: 0\r\n\r\n" % target, at=10)
+    t.feed(IN, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", at=20)
+    t.feed(IN, b"e\r\ndata: [DONE]\n\n\r\n", at=30)
+    t.close()
+    (span,) = t.spans()
+    assert span.attributes["http.response.status_code"] == 200
+    assert span.attributes["otel_ebpf.http.response.incomplete"] is True
+    assert "error.type" not in span.attributes and span.end_ns == 30
+    if reading:
+        assert layer.seen.response_body.contiguous() == b"data: [DONE]\n\n"

@@ -1,0 +1,115 @@
+"""Finds OpenSSL (libssl 1.1 and 3.x, or an executable that carries it, such as node) in
+the system's libraries and in running processes, and attaches the TLS plaintext uprobes
+(ssl_trace.bpf.c) once per file. An executable with OpenSSL linked in but no symbols
+(stripped) cannot be probed: it is reported as not covered, never silently missed."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from elftools.elf.elffile import ELFFile
+
+from .loader import BPFObject
+from .uprobes import LibraryProbes, mapped_files
+
+log = logging.getLogger(__name__)
+
+# OpenSSL's libssl (not NSS's libssl3.so)
+_LIBSSL = re.compile(r"/libssl\.so(?:\.[\d.]+)?$")
+_OPENSSL_VERSION = re.compile(rb"OpenSSL [13]\.\d+\.\d+[a-z]? ")
+PROBES = [
+    ("ssl_write_enter", "SSL_write", False), ("ssl_exit_plain", "SSL_write", True),
+    ("ssl_read_enter", "SSL_read", False), ("ssl_exit_plain", "SSL_read", True),
+    ("ssl_write_ex_enter", "SSL_write_ex", False), ("ssl_exit_ex", "SSL_write_ex", True),
+    ("ssl_read_ex_enter", "SSL_read_ex", False), ("ssl_exit_ex", "SSL_read_ex", True),
+    # binds a session to its socket before its first write (memory-BIO clients)
+    ("ssl_handshake_enter", "SSL_do_handshake", False),
+    ("ssl_exit_plain", "SSL_do_handshake", True),
+]
+# OpenSSL 1.1.0 has no _ex functions: SSL_write and SSL_read are enough
+REQUIRED = 2
+
+
+def system_libssl() -> set[str]:
+    """libssl files the dynamic linker knows (`ldconfig -p`), so processes started later
+    are covered from their first call."""
+    try:
+        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10,
+                             check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    paths = {line.rpartition("=>")[2].strip() for line in out.splitlines() if "=>" in line}
+    return {os.path.realpath(p) for p in paths if _LIBSSL.search(p) and os.path.exists(p)}
+
+
+def _has_openssl_text(path: str) -> bool:
+    """Whether the file's read-only data holds an OpenSSL version string."""
+    try:
+        with open(path, "rb") as f:
+            section = ELFFile(f).get_section_by_name(".rodata")
+            return section is not None and _OPENSSL_VERSION.search(section.data()) is not None
+    except (OSError, ValueError, Exception):  # noqa: BLE001 - any unreadable ELF: no
+        return False
+
+
+class SSLProbes(LibraryProbes):
+    """The TLS uprobes on every libssl (and OpenSSL-carrying executable) seen."""
+
+    def __init__(self, obj: BPFObject) -> None:
+        super().__init__(obj)
+        self.attached: set[str] = set()
+        self.checked: set[str] = set()  # executables looked at (with or without OpenSSL)
+        self.static_uncovered: set[str] = set()  # OpenSSL linked in, no symbols
+
+    def scan_system(self) -> int:
+        return sum(self._attach(path) for path in sorted(system_libssl()))
+
+    def scan(self, pids: list[int | str], proc_root: str = "/proc") -> int:
+        """Attach to the libssl files these processes map, and to their executables when
+        those carry OpenSSL themselves; returns how many files were new."""
+        new = 0
+        for pid in pids:
+            files = {os.path.realpath(p) for p in mapped_files(pid, proc_root)}
+            libssl = {p for p in files if _LIBSSL.search(p)}
+            for path in libssl:
+                new += self._attach(path)
+            if not libssl:
+                new += self._executable(pid, proc_root)
+        return new
+
+    def scan_all(self, proc_root: str = "/proc") -> int:
+        pids = [p.name for p in Path(proc_root).iterdir() if p.name.isdigit()]
+        return self.scan_system() + self.scan(pids, proc_root)
+
+    def _attach(self, path: str) -> int:
+        if path in self.attached or path in self.uncovered:
+            return 0
+        if self.probe(path, "TLS (OpenSSL)", PROBES, tables=(".dynsym", ".symtab"),
+                      required=REQUIRED) is None:
+            return 0
+        self.attached.add(path)
+        return 1
+
+    def _executable(self, pid: int | str, proc_root: str) -> int:
+        """An executable with OpenSSL inside (node, a static build): probed by its own
+        symbols; reported when it has none."""
+        try:
+            exe = os.path.realpath(Path(proc_root, str(pid), "exe").resolve(strict=True))
+        except OSError:
+            return 0
+        if exe in self.checked:
+            return 0
+        self.checked.add(exe)
+        if not _has_openssl_text(exe):
+            return 0
+        if self._attach(exe):
+            return 1
+        self.uncovered.discard(exe)
+        self.static_uncovered.add(exe)
+        log.warning("TLS in %s not covered: OpenSSL is linked into it without symbols "
+                    "(stripped); its HTTPS traffic is seen encrypted only", exe)
+        return 0

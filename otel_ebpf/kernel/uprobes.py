@@ -1,0 +1,86 @@
+"""Uprobes on library files: function offsets from ELF symbols, and attaching a set of
+probes once per file (a uprobe on a file covers every process that maps it)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from elftools.elf.elffile import ELFFile
+
+from .loader import BPFError, BPFObject
+
+log = logging.getLogger(__name__)
+
+
+def file_offsets(path: str, names: tuple[str, ...], tables: tuple[str, ...] = (".symtab",)
+                 ) -> dict[str, int]:
+    """File offsets of the functions `names`, from the symbol tables `tables` in order:
+    `.symtab` holds static functions too (a stripped build has none), `.dynsym` the
+    exported ones (what a shared library such as libssl always keeps)."""
+    out: dict[str, int] = {}
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        wanted = set(names)
+        for table in tables:
+            section = elf.get_section_by_name(table)
+            if section is None:
+                continue
+            for sym in section.iter_symbols():
+                if (sym.name in wanted and sym.name not in out
+                        and sym["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC")
+                        and sym["st_value"]):
+                    out[sym.name] = sym["st_value"]
+        # uprobes take file offsets: vaddr -> offset through the segment that maps it
+        for name, vaddr in list(out.items()):
+            for seg in elf.iter_segments():
+                if seg["p_type"] == "PT_LOAD" and seg["p_vaddr"] <= vaddr < seg["p_vaddr"] + seg["p_memsz"]:
+                    out[name] = vaddr - seg["p_vaddr"] + seg["p_offset"]
+                    break
+    return out
+
+
+def mapped_files(pid: int | str, proc_root: str = "/proc") -> set[str]:
+    """Paths of the files process `pid` maps (its executable and libraries)."""
+    try:
+        maps = Path(proc_root, str(pid), "maps").read_text()
+    except OSError:
+        return set()
+    return {line.split(maxsplit=5)[-1] for line in maps.splitlines()
+            if line.count(" ") >= 5 and "/" in line}
+
+
+class LibraryProbes:
+    """Attaches sets of (program, symbol, retprobe) uprobes to files, once per file;
+    remembers the files that could not be covered (and says why, once)."""
+
+    def __init__(self, obj: BPFObject) -> None:
+        self.obj = obj
+        self.uncovered: set[str] = set()
+
+    def probe(self, path: str, what: str, probes: list[tuple[str, str, bool]],
+              tables: tuple[str, ...] = (".symtab",), required: int | None = None
+              ) -> dict[str, int] | None:
+        """Attach the probes whose symbol `path` has; None, logged, when fewer than
+        `required` symbols (all, by default) are there or attaching fails."""
+        symbols = tuple(dict.fromkeys(symbol for _, symbol, _ in probes))
+        try:
+            offsets = file_offsets(path, symbols, tables)
+        except (OSError, ValueError) as exc:
+            offsets, why = {}, str(exc)
+        else:
+            why = "no symbol " + ", ".join(s for s in symbols if s not in offsets)
+        if len(offsets) < (len(symbols) if required is None else required):
+            log.info("%s in %s not covered (%s)", what, path, why)
+            self.uncovered.add(path)
+            return None
+        try:
+            for program, symbol, retprobe in probes:
+                if symbol in offsets:
+                    self.obj.attach_uprobe(program, path, offsets[symbol], retprobe=retprobe)
+        except BPFError as exc:
+            log.warning("%s probes on %s failed: %s", what, path, exc)
+            self.uncovered.add(path)
+            return None
+        log.info("%s probes attached to %s", what, path)
+        return offsets

@@ -1,0 +1,136 @@
+"""HTTPS end to end: uvicorn serving TLS with a certificate from a test CA (trustme), real
+clients verifying against that CA (requests, httpx, curl --cacert, the openai client), the
+real agent reading the plaintext at OpenSSL's SSL_read/SSL_write. The spans must be those of
+plain HTTP, with url.scheme=https; LLM spans must keep their wire TTFT."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import trustme
+
+from tests.support.openai_server import openai_server
+from tests.support.processes import stop_process
+from tests.support.rotel import free_port
+
+from .conftest import REPO, VENV_BIN, Span, run_client, wait_port
+from .test_http1_e2e import CLIENT, SERVER, check_request, have_pairs, spans_for
+from .test_llm_e2e import FIRST_TOKEN_S, TOKEN_INTERVAL_S, both_sides, spans_of, within
+
+pytestmark = pytest.mark.kernel
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """(certificate chain, private key, CA certificate) for 127.0.0.1."""
+    tmp = tmp_path_factory.mktemp("tls")
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    cert, key, ca_pem = tmp / "server.pem", tmp / "server.key", tmp / "ca.pem"
+    server.cert_chain_pems[0].write_to_path(cert)
+    for extra in server.cert_chain_pems[1:]:
+        extra.write_to_path(cert, append=True)
+    server.private_key_pem.write_to_path(key)
+    ca.cert_pem.write_to_path(ca_pem)
+    return cert, key, ca_pem
+
+
+def trusting(ca: Path) -> dict[str, str]:
+    """Environment that makes Python clients (httpx, requests, openai) trust the test CA."""
+    return {"SSL_CERT_FILE": str(ca), "REQUESTS_CA_BUNDLE": str(ca)}
+
+
+@pytest.fixture
+def https_server(tmp_path, certs):
+    cert, key, _ = certs
+    port = free_port()
+    log_path = tmp_path / "uvicorn-tls.log"
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "uvicorn"), "tests.integration.peers.http_app:app", "--host",
+         "127.0.0.1", "--port", str(port), "--no-access-log", "--ssl-certfile", str(cert),
+         "--ssl-keyfile", str(key)],
+        cwd=REPO, stdout=log_path.open("w"), stderr=subprocess.STDOUT,
+        env={**os.environ, "OTEL_SERVICE_NAME": "test-http-app"},
+    )
+    try:
+        wait_port(port, proc, log_path)
+        yield port
+    finally:
+        stop_process(proc)
+
+
+def unique(prefix: str) -> str:
+    return f"/{prefix}/{uuid.uuid4().hex[:12]}"
+
+
+def check_https(spans: list[Span], timing: dict, port: int, method: str = "GET") -> None:
+    client, server = check_request(spans, timing, port, method=method)
+    for span in (client, server):
+        assert span.attrs["url.scheme"] == "https"
+    assert client.attrs["url.full"] == f"https://127.0.0.1:{port}{timing['path']}"
+
+
+@pytest.mark.parametrize("kind", ["requests", "httpx"])
+def test_python_clients_over_https(start_agent, https_server, certs, kind):
+    port = https_server
+    agent = start_agent([port])
+    paths = [unique("items") for _ in range(3)]
+    if kind == "requests":
+        paths.append(unique("echo"))
+    timings = run_client(kind, port, paths, scheme="https", env=trusting(certs[2]))
+    assert all(t["status"] == 200 for t in timings)
+    spans = agent.wait_for(have_pairs(paths))
+    for t in timings:
+        check_https(spans, t, port, method="POST" if t["path"].startswith("/echo") else "GET")
+    # no span from the ciphertext: every span of the port is one of ours
+    ours = set(paths)
+    assert all(s.attrs.get("url.path") in ours for s in spans if s.kind in (CLIENT, SERVER))
+
+
+def test_curl_over_https(start_agent, https_server, certs):
+    port = https_server
+    agent = start_agent([port])
+    path = unique("items")
+    t0 = time.time_ns()
+    out = subprocess.run(["curl", "-sS", "--cacert", str(certs[2]),
+                          f"https://127.0.0.1:{port}{path}"],
+                         capture_output=True, text=True, timeout=30, check=True)
+    t1 = time.time_ns()
+    assert '"ok":true' in out.stdout
+    spans = agent.wait_for(have_pairs([path]))
+    check_https(spans, {"path": path, "t0": t0, "t1": t1}, port)
+    (client,) = spans_for(spans, path, CLIENT)
+    assert client.attrs["user_agent.original"].startswith("curl/")
+
+
+def test_openai_client_over_https_keeps_wire_ttft(start_agent, certs, tmp_path):
+    with openai_server(log=tmp_path / "openai-tls.log", tls=certs,
+                       env={"OTEL_SERVICE_NAME": "vllm-sim-tls"}) as server:
+        agent = start_agent([server.port])
+        models = {kind: f"{kind}-{uuid.uuid4().hex[:8]}"
+                  for kind in ("sync-stream-usage", "async-stream-usage", "sync-json")}
+        out = subprocess.run(
+            [str(VENV_BIN / "python"), "-m", "tests.integration.peers.llm_client",
+             server.base_url, *(f"{k}:{m}" for k, m in models.items())],
+            cwd=REPO, capture_output=True, text=True, timeout=120,
+            env={**os.environ, **trusting(certs[2])})
+        assert out.returncode == 0, out.stderr[-2000:]
+        spans = agent.wait_for(both_sides(list(models.values())))
+    for kind, model in models.items():
+        for side in (CLIENT, SERVER):
+            found = spans_of(spans, model, side)
+            assert len(found) == 1, (kind, side, [s.name for s in spans])
+            a = found[0].attrs
+            assert found[0].name == f"chat {model}"
+            assert a["url.scheme"] == "https"
+            assert a.get("gen_ai.usage.output_tokens") == 8, (kind, side)
+            if "stream" in kind:
+                assert within(a["gen_ai.response.time_to_first_chunk"], FIRST_TOKEN_S), a
+                assert within(a["otel_ebpf.gen_ai.time_per_output_token"], TOKEN_INTERVAL_S)
+    assert "sk-test-SECRET" not in agent.traces.read_text()
+
