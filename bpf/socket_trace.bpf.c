@@ -260,6 +260,28 @@ int on_process_exit(void *ctx)
 	return 0;
 }
 
+/* A process runs a new program: user space looks for OpenSSL linked into it (a static
+ * build is known from its executable alone, before it makes any connection). */
+SEC("tracepoint/sched/sched_process_exec")
+int on_process_exec(void *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if ((id >> 32) == cfg.agent_pid)
+		return 0;
+	struct proc_exit_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+	if (!ev) {
+		count(CNT_RINGBUF_DROPS, 1);
+		return 0;
+	}
+	ev->hdr.type = EV_PROC_EXEC;
+	ev->hdr.tid = (__u32)id;
+	ev->hdr.ts_ns = bpf_ktime_get_ns();
+	ev->pid = id >> 32;
+	ev->_pad = 0;
+	bpf_ringbuf_submit(ev, wakeup_flags());
+	return 0;
+}
+
 /* ---- asyncio tasks (uprobes on CPython's _asyncio module, attached per library) ---- */
 
 static __always_inline int task_enter(__u64 task)

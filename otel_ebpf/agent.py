@@ -20,7 +20,7 @@ from otel_ebpf.export.factory import (
 )
 from otel_ebpf.export.pipeline import MetricsPipeline, TracePipeline
 from otel_ebpf.export.span_metrics import SpanMetrics, gather_instruments
-from otel_ebpf.kernel.abi import ConnOpen, ProcessExit
+from otel_ebpf.kernel.abi import ConnOpen, ProcessExec, ProcessExit
 from otel_ebpf.kernel.libbpf import LibbpfLog
 from otel_ebpf.kernel.socket_tracer import CaptureSettings, SocketTracer
 from otel_ebpf.protocols.registry import Registry
@@ -162,6 +162,10 @@ class Agent:
                     self.tracer.ssl.scan([ev.key[0]])
             elif type(ev) is ProcessExit:
                 self._primed.discard(ev.pid)
+            elif type(ev) is ProcessExec and self.cfg.receiver.tls_openssl and self.tracer:
+                # a static build is known by its executable now; a libssl it loads later
+                # is looked for again at its first connection
+                self.tracer.ssl.scan([ev.pid])
                 self.span_metrics.forget(ev.pid)
 
     def _emit(self, spans: list) -> None:

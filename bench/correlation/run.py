@@ -142,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("needs root (the agent loads BPF programs): run it with sudo", file=sys.stderr)
         return 1
-    if not (REPO / "bpf/build/socket_trace.bpf.o").is_file():
-        print("bpf/build/socket_trace.bpf.o not built: run `make -C bpf`", file=sys.stderr)
+    if not (REPO / "bpf/build/capture.bpf.o").is_file():
+        print("bpf/build/capture.bpf.o not built: run `make -C bpf`", file=sys.stderr)
         return 1
     command = "sudo .venv/bin/python -m bench.correlation.run " + shlex.join(
         sys.argv[1:] if argv is None else argv)

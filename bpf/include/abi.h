@@ -19,6 +19,7 @@ enum event_type {
 	EV_DATA = 3,
 	EV_PROC_EXIT = 4,
 	EV_TASK_NEW = 5,
+	EV_PROC_EXEC = 6,   /* a process exec'd a new program (same layout as proc_exit_event) */
 };
 
 enum direction {

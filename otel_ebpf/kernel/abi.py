@@ -19,7 +19,7 @@ MAX_TARGETS = 1024
 COMM_LEN = 16
 MAX_WIDE_KEYS = 16
 
-EV_CONN_OPEN, EV_CONN_CLOSE, EV_DATA, EV_PROC_EXIT, EV_TASK_NEW = 1, 2, 3, 4, 5
+EV_CONN_OPEN, EV_CONN_CLOSE, EV_DATA, EV_PROC_EXIT, EV_TASK_NEW, EV_PROC_EXEC = 1, 2, 3, 4, 5, 6
 
 CONN_F_STREAM, CONN_F_UNIX, CONN_F_TCP, CONN_F_PREEXISTING = 1, 2, 4, 8
 DATA_F_TRUNCATED, DATA_F_HAS_PEER, DATA_F_WIDE, DATA_F_TLS, DATA_F_NO_SEQ = 1, 2, 4, 8, 16
@@ -121,7 +121,15 @@ class ProcessExit:
     ts_ns: int
 
 
-Event = ConnOpen | ConnClose | DataEvent | ProcessExit | TaskNew
+@dataclass(frozen=True, slots=True)
+class ProcessExec:
+    """Process `pid` now runs a new program."""
+
+    pid: int
+    ts_ns: int
+
+
+Event = ConnOpen | ConnClose | DataEvent | ProcessExit | TaskNew | ProcessExec
 
 
 def _decode_open(buf: bytes) -> ConnOpen:
@@ -175,6 +183,11 @@ def _decode_exit(buf: bytes) -> ProcessExit:
     return ProcessExit(pid=pid, ts_ns=ts)
 
 
+def _decode_exec(buf: bytes) -> ProcessExec:
+    _, _, ts, pid = PROC_EXIT.unpack_from(buf)
+    return ProcessExec(pid=pid, ts_ns=ts)
+
+
 def _decode_task(buf: bytes) -> TaskNew:
     _, tid, ts, pid, task, parent = TASK_NEW.unpack_from(buf)
     return TaskNew(pid=pid, tid=tid, ts_ns=ts, task=task, parent=parent)
@@ -186,6 +199,7 @@ _DECODERS = {
     EV_DATA: (DATA.size, _decode_data),
     EV_PROC_EXIT: (PROC_EXIT.size, _decode_exit),
     EV_TASK_NEW: (TASK_NEW.size, _decode_task),
+    EV_PROC_EXEC: (PROC_EXIT.size, _decode_exec),
 }
 
 

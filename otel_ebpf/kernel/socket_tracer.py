@@ -11,9 +11,9 @@ from pathlib import Path
 
 from . import abi
 from .asyncio_probes import AsyncioProbes
-from .ssl_probes import SSLProbes
 from .libbpf import LibbpfLog, lib
 from .loader import BPFError, BPFObject, RingBuffer, check_btf, ensure_tracefs
+from .ssl_probes import SSLProbes
 
 log = logging.getLogger(__name__)
 

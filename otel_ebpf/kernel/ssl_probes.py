@@ -20,7 +20,9 @@ log = logging.getLogger(__name__)
 
 # OpenSSL's libssl (not NSS's libssl3.so)
 _LIBSSL = re.compile(r"/libssl\.so(?:\.[\d.]+)?$")
-_OPENSSL_VERSION = re.compile(rb"OpenSSL [13]\.\d+\.\d+[a-z]? ")
+# OpenSSL's error reporting names its source files: libssl's own is linked into every
+# program that makes a TLS connection (the version string may be left out by the linker)
+_OPENSSL_MARK = re.compile(rb"ssl/ssl_lib\.c\x00")
 PROBES = [
     ("ssl_write_enter", "SSL_write", False), ("ssl_exit_plain", "SSL_write", True),
     ("ssl_read_enter", "SSL_read", False), ("ssl_exit_plain", "SSL_read", True),
@@ -46,14 +48,17 @@ def system_libssl() -> set[str]:
     return {os.path.realpath(p) for p in paths if _LIBSSL.search(p) and os.path.exists(p)}
 
 
-def _has_openssl_text(path: str) -> bool:
-    """Whether the file's read-only data holds an OpenSSL version string."""
+def has_openssl_inside(path: str) -> bool:
+    """Whether the executable's read-only data shows libssl linked into it."""
     try:
         with open(path, "rb") as f:
-            section = ELFFile(f).get_section_by_name(".rodata")
-            return section is not None and _OPENSSL_VERSION.search(section.data()) is not None
-    except (OSError, ValueError, Exception):  # noqa: BLE001 - any unreadable ELF: no
+            for section in ELFFile(f).iter_sections():
+                if section.name in (".rodata", ".data.rel.ro") and \
+                        _OPENSSL_MARK.search(section.data()):
+                    return True
+    except Exception:  # noqa: BLE001 - a file pyelftools cannot read is no OpenSSL of ours
         return False
+    return False
 
 
 class SSLProbes(LibraryProbes):
@@ -104,7 +109,7 @@ class SSLProbes(LibraryProbes):
         if exe in self.checked:
             return 0
         self.checked.add(exe)
-        if not _has_openssl_text(exe):
+        if not has_openssl_inside(exe):
             return 0
         if self._attach(exe):
             return 1

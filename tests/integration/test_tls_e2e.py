@@ -18,7 +18,7 @@ from tests.support.openai_server import openai_server
 from tests.support.processes import stop_process
 from tests.support.rotel import free_port
 
-from .conftest import REPO, VENV_BIN, Span, run_client, wait_port
+from .conftest import REPO, VENV_BIN, Span, read_metrics, run_client, wait_port
 from .test_http1_e2e import CLIENT, SERVER, check_request, have_pairs, spans_for
 from .test_llm_e2e import FIRST_TOKEN_S, TOKEN_INTERVAL_S, both_sides, spans_of, within
 
@@ -134,3 +134,51 @@ def test_openai_client_over_https_keeps_wire_ttft(start_agent, certs, tmp_path):
                 assert within(a["otel_ebpf.gen_ai.time_per_output_token"], TOKEN_INTERVAL_S)
     assert "sk-test-SECRET" not in agent.traces.read_text()
 
+
+
+@pytest.fixture(scope="module")
+def static_clients(tmp_path_factory) -> tuple[Path, Path]:
+    """The C TLS client linked with OpenSSL statically: with its symbols, and stripped."""
+    out = tmp_path_factory.mktemp("static")
+    source = REPO / "tests/integration/peers/tls_client.c"
+    built, stripped = out / "tls_client", out / "tls_client_stripped"
+    subprocess.run(["clang", "-O1", "-static", "-o", str(built), str(source), "-lssl",
+                    "-lcrypto", "-lpthread"], check=True, capture_output=True, timeout=120)
+    subprocess.run(["strip", "-o", str(stripped), str(built)], check=True, timeout=60)
+    return built, stripped
+
+
+def run_static(binary: Path, port: int, path: str, ca: Path) -> dict:
+    t0 = time.time_ns()
+    out = subprocess.run([str(binary), str(port), path, str(ca), "1500"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("HTTP/1.1 200"), out.stdout
+    return {"path": path, "t0": t0, "t1": time.time_ns()}
+
+
+def test_openssl_linked_into_an_executable_is_probed_there(start_agent, https_server, certs,
+                                                           static_clients):
+    port = https_server
+    agent = start_agent([port])
+    path = unique("items")
+    timing = run_static(static_clients[0], port, path, certs[2])
+    spans = agent.wait_for(have_pairs([path]))
+    check_https(spans, timing, port)
+    (client,) = spans_for(spans, path, CLIENT)
+    assert client.attrs["user_agent.original"] == "tls_client/1"
+    assert client.resource["process.executable.name"] == "tls_client"
+
+
+def test_stripped_static_openssl_is_reported_not_covered(start_agent, https_server, certs,
+                                                         static_clients):
+    port = https_server
+    agent = start_agent([port])
+    path = unique("items")
+    run_static(static_clients[1], port, path, certs[2])
+    # the server's side is read from its libssl; the client's cannot be, and says so
+    spans = agent.wait_for(lambda s: spans_for(s, path, SERVER))
+    assert spans_for(spans, path, SERVER) and not spans_for(spans, path, CLIENT)
+    assert agent.stop() == 0
+    assert f"TLS in {static_clients[1]} not covered" in agent.stderr
+    assert read_metrics(agent.traces)["otel_ebpf.tls.uncovered"] == 1

@@ -33,8 +33,8 @@ int main(void) {
     printf("ABI_VERSION %d\nMAX_CAPTURE %d\nCOMM_LEN %d\nCNT_MAX %d\nMAX_TARGETS %d\n",
            ABI_VERSION, MAX_CAPTURE, COMM_LEN, CNT_MAX, MAX_TARGETS);
     printf("MAX_WIDE_KEYS %d\nCNT_WIDENED %d\n", MAX_WIDE_KEYS, CNT_WIDENED);
-    printf("EV %d %d %d %d %d\n", EV_CONN_OPEN, EV_CONN_CLOSE, EV_DATA, EV_PROC_EXIT,
-           EV_TASK_NEW);
+    printf("EV %d %d %d %d %d %d\n", EV_CONN_OPEN, EV_CONN_CLOSE, EV_DATA, EV_PROC_EXIT,
+           EV_TASK_NEW, EV_PROC_EXEC);
     printf("F %d %d %d %d %d %d %d %d %d\n", CONN_F_STREAM, CONN_F_UNIX, CONN_F_TCP,
            CONN_F_PREEXISTING, DATA_F_TRUNCATED, DATA_F_HAS_PEER, DATA_F_WIDE, DATA_F_TLS,
            DATA_F_NO_SEQ);
@@ -99,7 +99,7 @@ def test_constants(c_layout):
     assert int(c_layout["MAX_TARGETS"]) == abi.MAX_TARGETS
     assert c_layout["EV"].split() == [str(v) for v in (abi.EV_CONN_OPEN, abi.EV_CONN_CLOSE,
                                                        abi.EV_DATA, abi.EV_PROC_EXIT,
-                                                       abi.EV_TASK_NEW)]
+                                                       abi.EV_TASK_NEW, abi.EV_PROC_EXEC)]
     assert c_layout["F"].split() == [str(v) for v in (
         abi.CONN_F_STREAM, abi.CONN_F_UNIX, abi.CONN_F_TCP, abi.CONN_F_PREEXISTING,
         abi.DATA_F_TRUNCATED, abi.DATA_F_HAS_PEER, abi.DATA_F_WIDE, abi.DATA_F_TLS,
