@@ -32,8 +32,13 @@ static __always_inline int remember(int fd, __u64 ptr, __u64 addr, __u32 kind, _
 	struct conn_state *st = bpf_map_lookup_elem(&conns, &mkey);
 	/* Known and not selected: nothing to do. Unknown: only sockets are worth the exit. */
 	if (st && !st->traced && kind != ARG_CONNECT &&
-	    ((st->flags & CONN_F_STREAM) || !cfg.filter_ports))
+	    ((st->flags & CONN_F_STREAM) || !cfg.filter_ports)) {
+		/* inside an SSL call: its session uses this socket (not traced, but known) */
+		struct ssl_call *call = bpf_map_lookup_elem(&ssl_inflight, &id);
+		if (call && call->fd < 0)
+			call->fd = fd;
 		return 0; /* (an unselected datagram socket may still send to a selected port) */
+	}
 	if (!st && !fd_to_socket(fd))
 		return 0;
 	struct syscall_args a = {

@@ -14,7 +14,7 @@ from pathlib import Path
 from elftools.elf.elffile import ELFFile
 
 from .loader import BPFObject
-from .uprobes import LibraryProbes, mapped_files
+from .uprobes import LibraryProbes, file_offsets, mapped_files
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +28,51 @@ PROBES = [
     ("ssl_read_enter", "SSL_read", False), ("ssl_exit_plain", "SSL_read", True),
     ("ssl_write_ex_enter", "SSL_write_ex", False), ("ssl_exit_ex", "SSL_write_ex", True),
     ("ssl_read_ex_enter", "SSL_read_ex", False), ("ssl_exit_ex", "SSL_read_ex", True),
-    # binds a session to its socket before its first write (memory-BIO clients)
-    ("ssl_handshake_enter", "SSL_do_handshake", False),
-    ("ssl_exit_plain", "SSL_do_handshake", True),
 ]
+# binds a session to its socket before its first write (memory-BIO clients)
+HANDSHAKE = [("ssl_handshake_enter", "SSL_do_handshake", False),
+             ("ssl_exit_plain", "SSL_do_handshake", True)]
+EXPORTED = tuple(dict.fromkeys(symbol for _, symbol, _ in PROBES + HANDSHAKE))
 # OpenSSL 1.1.0 has no _ex functions: SSL_write and SSL_read are enough
 REQUIRED = 2
+_PUSH = frozenset({"push"})
+
+
+def _call_targets(code: bytes, offset: int, limit: int = 96) -> list[int]:
+    import capstone
+
+    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    return [int(insn.op_str, 16) for insn in md.disasm(code[offset:offset + limit], offset)
+            if insn.mnemonic == "call" and insn.op_str.startswith("0x")]
+
+
+def _first_mnemonic(code: bytes, offset: int) -> str:
+    import capstone
+
+    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    return next((insn.mnemonic for insn in md.disasm(code[offset:offset + 16], offset, 1)), "")
+
+
+def internal_entries(path: str, offsets: dict[str, int]) -> dict[str, int]:
+    """ssl_read_internal / ssl_write_internal (OpenSSL 1.1.1 and 3.x): what SSL_read and
+    SSL_read_ex (SSL_write and SSL_write_ex) both call, with SSL_*_ex's arguments (ssl, buf,
+    num, size_t *count; 1 on success). The exported functions begin `sub $n,%rsp`, which a
+    uprobe must single-step out of line; these begin with `push`, which the kernel
+    emulates: about 15 times cheaper per call here (bench/ssl_overhead.py). Found as the
+    call target both exported functions share; {} when that is not clear (x86-64 only)."""
+    if os.uname().machine != "x86_64" or not all(
+            name in offsets for name in ("SSL_read", "SSL_read_ex", "SSL_write", "SSL_write_ex")):
+        return {}
+    code = Path(path).read_bytes()
+    found: dict[str, int] = {}
+    for kind in ("read", "write"):
+        plain = set(_call_targets(code, offsets[f"SSL_{kind}"]))
+        ex = _call_targets(code, offsets[f"SSL_{kind}_ex"], 16)
+        shared = [target for target in ex if target in plain]
+        if len(shared) != 1 or _first_mnemonic(code, shared[0]) not in _PUSH:
+            return {}
+        found[kind] = shared[0]
+    return found
 
 
 def system_libssl() -> set[str]:
@@ -93,8 +132,25 @@ class SSLProbes(LibraryProbes):
     def _attach(self, path: str) -> int:
         if path in self.attached or path in self.uncovered:
             return 0
-        if self.probe(path, "TLS (OpenSSL)", PROBES, tables=(".dynsym", ".symtab"),
-                      required=REQUIRED) is None:
+        try:
+            offsets = file_offsets(path, EXPORTED, (".dynsym", ".symtab"))
+            internal = internal_entries(path, offsets)
+        except (OSError, ValueError) as exc:
+            log.info("TLS (OpenSSL) in %s not covered (%s)", path, exc)
+            self.uncovered.add(path)
+            return 0
+        if not internal:  # the exported functions themselves
+            placed = [(prog, offsets[sym], ret) for prog, sym, ret in PROBES if sym in offsets]
+        else:
+            placed = [(prog, internal[kind], ret) for kind in ("write", "read")
+                      for prog, ret in ((f"ssl_{kind}_ex_enter", False), ("ssl_exit_ex", True))]
+        placed += [(prog, offsets[sym], ret) for prog, sym, ret in HANDSHAKE if sym in offsets]
+        if len({sym for _, sym, _ in PROBES if sym in offsets}) < REQUIRED:
+            log.info("TLS (OpenSSL) in %s not covered (no SSL_read/SSL_write symbols)", path)
+            self.uncovered.add(path)
+            return 0
+        if not self.attach_at(path, "TLS (OpenSSL)" + (" internal" if internal else ""),
+                              placed):
             return 0
         self.attached.add(path)
         return 1

@@ -74,13 +74,19 @@ class LibraryProbes:
             log.info("%s in %s not covered (%s)", what, path, why)
             self.uncovered.add(path)
             return None
+        placed = [(program, offsets[symbol], retprobe) for program, symbol, retprobe in probes
+                  if symbol in offsets]
+        return offsets if self.attach_at(path, what, placed) else None
+
+    def attach_at(self, path: str, what: str, probes: list[tuple[str, int, bool]]) -> bool:
+        """Attach (program, file offset, retprobe) probes on `path`; False, logged, when
+        attaching fails."""
         try:
-            for program, symbol, retprobe in probes:
-                if symbol in offsets:
-                    self.obj.attach_uprobe(program, path, offsets[symbol], retprobe=retprobe)
+            for program, offset, retprobe in probes:
+                self.obj.attach_uprobe(program, path, offset, retprobe=retprobe)
         except BPFError as exc:
             log.warning("%s probes on %s failed: %s", what, path, exc)
             self.uncovered.add(path)
-            return None
+            return False
         log.info("%s probes attached to %s", what, path)
-        return offsets
+        return True
