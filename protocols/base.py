@@ -108,6 +108,9 @@ class Frame:
     # trace context the message carried (traceparent, tracestate, x-request-id...), by
     # lower-case name: what correlate/ joins traces with. Set by the parser.
     carrier: dict[str, str] = field(default_factory=dict)
+    # datagram transports: the peer the datagram came from or went to (address, port), when
+    # the kernel saw one (an unconnected UDP socket); set by the tracker
+    peer: tuple[str, int] | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -171,6 +174,11 @@ class NeutralSpan:
     span_id: bytes = b""
     parent_span_id: bytes = b""
     links: list[SpanLink] = field(default_factory=list)
+    # a message's identity both of its ends can compute (a DDS sample: writer GUID and
+    # sequence number). correlate/ derives IDs from it: a PRODUCER (or CLIENT) span gets
+    # the trace and span IDs it hashes to, a CONSUMER (or SERVER) span that trace and that
+    # span as its parent; on any host, with no other evidence needed.
+    message_id: str = ""
     # values for the histograms the parser or layer declares (`instruments`), recorded
     # against the span's process when the span is emitted
     measurements: list[Measurement] = field(default_factory=list)
@@ -205,7 +213,12 @@ def _no_time(direction: Direction, offset: int) -> int:
 class ProtocolParser(ABC):
     """A protocol: infer, parse, resync, stitch, to_spans. Registered by entry point.
 
-    The connection tracker calls, for each direction of a connection:
+    Datagram parsers (transport "datagram") get each datagram whole: parse is called once
+    per datagram with its captured bytes (it may be cut at the capture size) and returns
+    (FRAME, frame, len(buf)), or (INVALID, None, 0); the tracker stamps the frame (times,
+    thread, `size` = the datagram's length, `peer`). No resync, no skipping.
+
+    The connection tracker calls, for each direction of a stream connection:
       parse(direction, buf, state) while it returns FRAME, or NEED_MORE with consumed > 0.
         `buf` holds the contiguous bytes from the stream's current position. `consumed`
         may be larger than len(buf): the parser then asks to skip bytes it need not see

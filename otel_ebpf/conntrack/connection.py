@@ -89,6 +89,7 @@ class Connection:
         self, direction: Direction, pos: int, msg_len: int, payload: bytes,
         start_ns: int, end_ns: int, tcp_seq: int, registry: Registry, stats: Stats,
         tid: int = 0, task: int = 0, tail: bytes = b"", tls: bool = False,
+        peer: tuple[str, int] | None = None,
     ) -> None:
         """`payload` is the message's captured prefix; `tail`, when the kernel sent one, its
         last bytes (the bytes between were not captured: a long prompt's middle). `tls`:
@@ -108,6 +109,10 @@ class Connection:
         # came); a write's bytes leave when it is called.
         if direction is Direction.INGRESS:
             start_ns = end_ns
+        if self.parser.transport == "datagram":  # type: ignore[union-attr]
+            self._datagram(direction, pos, msg_len, payload, start_ns, end_ns, tid, task,
+                           peer, stats)
+            return
         stream = self.streams[direction]
         if stream.started and pos > stream.known_end:
             stats.add("gaps")  # events lost between the last one and this
@@ -123,6 +128,25 @@ class Connection:
         stream.add(Chunk(pos, end, payload, start_ns, end_ns, seq, tid, task))
         self._parse(direction, stats)
         self._finish_pending(direction)
+
+    def _datagram(self, direction: Direction, pos: int, msg_len: int, payload: bytes,
+                  start_ns: int, end_ns: int, tid: int, task: int,
+                  peer: tuple[str, int] | None, stats: Stats) -> None:
+        """One datagram, whole: one parse, one frame (datagrams have their own bounds)."""
+        parser, state = self.parser, self.state
+        assert parser is not None and state is not None
+        view = memoryview(payload)
+        result, frame, _ = parser.parse(direction, view, state)
+        view.release()
+        if result is not ParseResult.FRAME or frame is None:
+            stats.add("parse.errors", protocol=parser.name)
+            return
+        frame.direction, frame.stream_pos, frame.tcp_seq = direction, pos, None
+        frame.start_ns, frame.end_ns, frame.tid, frame.task = start_ns, end_ns, tid, task
+        frame.size, frame.peer = msg_len, peer
+        state.frames[direction].append(frame)
+        if self.frames_out is not None:
+            self.frames_out.append((self.info, frame))
 
     def _infer(self, direction: Direction, head: bytes, registry: Registry, stats: Stats) -> bool:
         self.infer_attempts += 1

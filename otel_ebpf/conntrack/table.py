@@ -80,7 +80,7 @@ class ConnTable:
                 payload_bytes += len(ev.payload) + len(ev.tail)
                 conn.on_data(ev.direction, ev.pos, ev.msg_len, ev.payload, ev.enter_ns,
                              ev.exit_ns, ev.tcp_seq, self.registry, stats, tid=ev.tid,
-                             task=ev.task, tail=ev.tail, tls=ev.tls)
+                             task=ev.task, tail=ev.tail, tls=ev.tls, peer=ev.peer)
                 self.touched.add(ev.key)
                 if ev.direction is Direction.INGRESS:
                     self._note_read(ev)

@@ -26,7 +26,15 @@ from dataclasses import dataclass, field
 from otel_ebpf.conntrack.table import LastRead as TaskRead
 from otel_ebpf.correlate.ids import random_id
 from otel_ebpf.kernel.abi import TaskNew
-from otel_ebpf.protocols.base import ConnInfo, Direction, Frame, NeutralSpan, Role, SpanLink
+from otel_ebpf.protocols.base import (
+    ConnInfo,
+    Direction,
+    Frame,
+    NeutralSpan,
+    Role,
+    SpanKind,
+    SpanLink,
+)
 from otel_ebpf.telemetry import Stats
 
 ATTRIBUTE = "otel_ebpf.correlation"
@@ -87,6 +95,18 @@ def parse_traceparent(value: str) -> tuple[bytes, bytes] | None:
     if len(trace) != 16 or len(span) != 8 or not any(trace) or not any(span):
         return None
     return trace, span
+
+
+def message_ids(span: NeutralSpan) -> None:
+    """A message's sender and its receivers, on any host, compute the same IDs from its
+    identity: the sender's span is the trace's root, each receiver's span its child."""
+    trace, origin = derived_ids(("message", span.message_id))
+    span.trace_id = trace
+    if span.kind in (SpanKind.PRODUCER, SpanKind.CLIENT):
+        span.span_id = origin
+    else:
+        span.parent_span_id = origin
+    span.attributes[ATTRIBUTE] = "message"
 
 
 def derived_ids(key: WireKey) -> tuple[bytes, bytes]:
@@ -150,6 +170,8 @@ class Correlator:
             self._frame(conn, frame, now_ns)
 
     def _frame(self, conn: ConnInfo, frame: Frame, now_ns: int) -> None:
+        if conn.transport == "datagram":
+            return  # messages, not requests: their spans carry a message_id instead
         is_request = (frame.direction == Direction.EGRESS) == (conn.role == Role.CLIENT)
         if not is_request:
             if conn.role == Role.SERVER:
@@ -286,6 +308,10 @@ class Correlator:
         now_ns = _now() if now_ns is None else now_ns
         ready: list[NeutralSpan] = []
         for span in spans:
+            if span.message_id:
+                message_ids(span)
+                ready.append(span)
+                continue
             req = None
             if span.request_pos is not None:
                 req = self.requests.pop((span.conn.key, span.request_pos), None)
