@@ -4,6 +4,7 @@ into timed pieces when a layer (an LLM API, say) wants the exchange."""
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from collections import deque
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ SECRET_PARTS = ("api-key", "api_key", "apikey", "token", "secret")
 CONTEXT_HEADERS = frozenset({"traceparent", "tracestate"})
 
 
+@functools.lru_cache(maxsize=4096)  # header names repeat: decide each once
 def is_secret(name: str) -> bool:
     """Whether a header (or query parameter) named `name` (lower case) may carry a secret."""
     return name in SECRET_HEADERS or any(part in name for part in SECRET_PARTS)
@@ -218,12 +220,13 @@ class HTTP1State(ParserState):
 class _Head:
     """Collects one head from llhttp's callbacks; secrets are dropped on arrival."""
 
-    __slots__ = ("complete", "fields", "reason", "url")
+    __slots__ = ("complete", "fields", "firsts", "reason", "url")
 
     def __init__(self) -> None:
         self.url = b""
         self.reason = b""
         self.fields: list[tuple[str, str]] = []
+        self.firsts: dict[str, str] = {}  # each name's first value: looked up many times
         self.complete = False
 
     def on_url(self, url: bytes) -> None:
@@ -235,7 +238,9 @@ class _Head:
     def on_header(self, name: bytes, value: bytes) -> None:
         key = name.decode("latin-1").lower()
         if not is_secret(key):
-            self.fields.append((key, value.strip().decode("latin-1")))
+            text = value.strip().decode("latin-1")
+            self.fields.append((key, text))
+            self.firsts.setdefault(key, text)
 
     def on_headers_complete(self) -> None:
         self.complete = True
@@ -244,7 +249,7 @@ class _Head:
         return [v for k, v in self.fields if k == name]
 
     def first(self, name: str) -> str:
-        return next((v for k, v in self.fields if k == name), "")
+        return self.firsts.get(name, "")
 
 
 def _read_head(parser_type, head) -> tuple[_Head, object] | None:
