@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import threading
@@ -25,6 +24,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from bench.side_by_side import cost_table, publish, rounds  # noqa: E402
 
 LOOP = r"""
 import json, os, socket, sys, time
@@ -93,36 +94,23 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="append the table to this Markdown file")
     args = ap.parse_args()
     modes = ("off", "filtered", "traced")
-    results: dict[str, list[float]] = {m: [] for m in modes}
-    events = drops = 0
-    for r in range(args.rounds):
-        for mode in modes:
-            ns, n, d = measure(mode, args.iterations, args.size)
-            results[mode].append(ns)
-            events += n
-            drops += d
-            print(f"round {r + 1}/{args.rounds} {mode:9s} {ns:8.0f} ns per write+read",
-                  file=sys.stderr)
-    base = statistics.median(results["off"])
-    lines = [
+    totals = [0, 0]  # events drained, drops
+
+    def one(mode: str) -> float:
+        ns, events, drops = measure(mode, args.iterations, args.size)
+        totals[0] += events
+        totals[1] += drops
+        return ns
+
+    results = rounds(modes, args.rounds, one, "ns per write+read")
+    lines = cost_table(
         f"### Kernel cost per syscall ({time.strftime('%Y-%m-%d')}, "
         f"{args.iterations} write+read pairs of {args.size} B, median of {args.rounds} rounds)",
-        "",
-        "| mode | ns per write+read | added per syscall (ns) | ratio to off |",
-        "|---|---:|---:|---:|",
-    ]
-    for mode in modes:
-        med = statistics.median(results[mode])
-        lines.append(f"| {mode} | {med:.0f} | {(med - base) / 2:.0f} | {med / base:.2f} |")
-    lines.append("")
+        "write+read", "syscall", results)
     expected = 2 * (args.iterations + 1000) * args.rounds
-    lines.append(f"Data events drained while traced: {events} of {expected} expected "
-                 f"(2 per pair, warm-up included); ring-buffer drops: {drops}.")
-    table = "\n".join(lines)
-    print(table)
-    if args.out:
-        with args.out.open("a") as f:
-            f.write("\n" + table + "\n")
+    lines += ["", f"Data events drained while traced: {totals[0]} of {expected} expected "
+              f"(2 per pair, warm-up included); ring-buffer drops: {totals[1]}."]
+    publish(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.kernel_overhead import free_port  # noqa: E402
+from bench.side_by_side import cost_table, publish, rounds  # noqa: E402
 
 LOOP = r"""
 import json, socket, ssl, sys, threading, time
@@ -122,40 +122,28 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="append the table to this Markdown file")
     args = ap.parse_args()
     modes = ("off", "filtered", "traced")
-    results: dict[str, list[float]] = {m: [] for m in modes}
-    events = drops = unbound = 0
+    totals = [0, 0, 0]  # TLS events drained, drops, unbound SSL calls
+
+    def one(mode: str) -> float:
+        ns, *counts = measure(mode, args.iterations, args.size, certs)
+        for i, n in enumerate(counts):
+            totals[i] += n
+        return ns
+
     with tempfile.TemporaryDirectory() as tmp:
         certs = certificates(Path(tmp))
-        for r in range(args.rounds):
-            for mode in modes:
-                ns, n, d, u = measure(mode, args.iterations, args.size, certs)
-                results[mode].append(ns)
-                events, drops, unbound = events + n, drops + d, unbound + u
-                print(f"round {r + 1}/{args.rounds} {mode:9s} {ns:8.0f} ns per SSL pair",
-                      file=sys.stderr)
-    base = statistics.median(results["off"])
-    lines = [
+        results = rounds(modes, args.rounds, one, "ns per SSL pair")
+    lines = cost_table(
         f"### TLS uprobe cost per SSL call ({time.strftime('%Y-%m-%d')}, {args.iterations} "
         f"SSL_write+SSL_read pairs of {args.size} B, median of {args.rounds} rounds)",
-        "",
-        "| mode | ns per SSL_write+SSL_read | added per SSL call (ns) | ratio to off |",
-        "|---|---:|---:|---:|",
-    ]
-    for mode in modes:
-        med = statistics.median(results[mode])
-        lines.append(f"| {mode} | {med:.0f} | {(med - base) / 2:.0f} | {med / base:.2f} |")
-    lines.append("")
+        "SSL_write+SSL_read", "SSL call", results)
     expected = 2 * (args.iterations + 1000) * args.rounds
-    lines.append(f"TLS data events drained while traced: {events} of {expected} expected "
-                 f"(2 per pair, warm-up included); ring-buffer drops: {drops}; SSL calls "
-                 f"whose socket was not found: {unbound}. Each pair also makes a write and "
-                 f"a read syscall, whose own (ciphertext) capture cost is in both traced "
-                 f"and filtered modes.")
-    table = "\n".join(lines)
-    print(table)
-    if args.out:
-        with args.out.open("a") as f:
-            f.write("\n" + table + "\n")
+    lines += ["", f"TLS data events drained while traced: {totals[0]} of {expected} expected "
+              f"(2 per pair, warm-up included); ring-buffer drops: {totals[1]}; SSL calls "
+              f"whose socket was not found: {totals[2]}. Each pair also makes a write and "
+              f"a read syscall, whose own (ciphertext) capture cost is in both traced "
+              f"and filtered modes."]
+    publish(lines, args.out)
 
 
 if __name__ == "__main__":

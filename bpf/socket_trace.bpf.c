@@ -244,31 +244,8 @@ int enter_close(struct trace_event_raw_sys_enter *ctx)
 	return 0;
 }
 
-/* A process is gone: user space closes all its connections (the kernel map is LRU). */
-SEC("tracepoint/sched/sched_process_exit")
-int on_process_exit(void *ctx)
-{
-	__u64 id = bpf_get_current_pid_tgid();
-	if ((__u32)id != (id >> 32) || (id >> 32) == cfg.agent_pid)
-		return 0; /* a thread, not the process */
-	struct proc_exit_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
-	if (!ev) {
-		count(CNT_RINGBUF_DROPS, 1);
-		return 0;
-	}
-	ev->hdr.type = EV_PROC_EXIT;
-	ev->hdr.tid = (__u32)id;
-	ev->hdr.ts_ns = bpf_ktime_get_ns();
-	ev->pid = id >> 32;
-	ev->_pad = 0;
-	bpf_ringbuf_submit(ev, wakeup_flags());
-	return 0;
-}
-
-/* A process runs a new program: user space looks for OpenSSL linked into it (a static
- * build is known from its executable alone, before it makes any connection). */
-SEC("tracepoint/sched/sched_process_exec")
-int on_process_exec(void *ctx)
+/* A process event (exit, exec) for user space. */
+static __always_inline int emit_proc_event(__u8 type)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	if ((id >> 32) == cfg.agent_pid)
@@ -278,7 +255,7 @@ int on_process_exec(void *ctx)
 		count(CNT_RINGBUF_DROPS, 1);
 		return 0;
 	}
-	ev->hdr.type = EV_PROC_EXEC;
+	ev->hdr.type = type;
 	ev->hdr.tid = (__u32)id;
 	ev->hdr.ts_ns = bpf_ktime_get_ns();
 	ev->pid = id >> 32;
@@ -286,6 +263,21 @@ int on_process_exec(void *ctx)
 	bpf_ringbuf_submit(ev, wakeup_flags());
 	return 0;
 }
+
+/* A process is gone: user space closes all its connections (the kernel map is LRU). */
+SEC("tracepoint/sched/sched_process_exit")
+int on_process_exit(void *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if ((__u32)id != (id >> 32))
+		return 0; /* a thread, not the process */
+	return emit_proc_event(EV_PROC_EXIT);
+}
+
+/* A process runs a new program: user space looks for OpenSSL linked into it (a static
+ * build is known from its executable alone, before it makes any connection). */
+SEC("tracepoint/sched/sched_process_exec")
+int on_process_exec(void *ctx) { return emit_proc_event(EV_PROC_EXEC); }
 
 /* ---- asyncio tasks (uprobes on CPython's _asyncio module, attached per library) ---- */
 
