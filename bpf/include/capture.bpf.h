@@ -324,6 +324,14 @@ static __always_inline bool pid_selected(void)
 	return false;
 }
 
+/* The process's name: its main thread's, not the calling thread's (Cyclone DDS makes its
+ * sockets' first calls from threads named "recv" and "tev"; a JVM's from "C2 Compiler..."). */
+static __always_inline void process_comm(char *comm)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	BPF_CORE_READ_STR_INTO((char(*)[COMM_LEN])comm, task, group_leader, comm);
+}
+
 static __always_inline bool is_target(struct addr *local, struct addr *remote)
 {
 	/* the receiving end of the agent's own exports: tracing it would feed back */
@@ -336,7 +344,7 @@ static __always_inline bool is_target(struct addr *local, struct addr *remote)
 		return true;
 	if (cfg.filter_comms) {
 		char comm[COMM_LEN] = {};
-		bpf_get_current_comm(comm, sizeof(comm));
+		process_comm(comm);
 		if (bpf_map_lookup_elem(&target_comms, comm))
 			return true;
 	}
@@ -382,7 +390,7 @@ static __always_inline void emit_open(struct conn_state *st, __u32 role, struct 
 	ev->remote = *remote;
 	ev->role = role;
 	ev->flags = st->flags;
-	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
+	process_comm(ev->comm);
 	bpf_ringbuf_submit(ev, wakeup_flags());
 	count(CNT_CONN_OPENED, 1);
 }

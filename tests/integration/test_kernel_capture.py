@@ -150,3 +150,13 @@ def test_llm_request_widens_its_connection_with_prefix_and_tail():
         if e.key != first_client and opens[e.key].role == Role.CLIENT]
     assert other and len(other[0].payload) == 1024 and other[0].tail == b""
     assert sum(counters["widened"]) == 2  # the client's connection and the server's
+
+
+def test_process_names_select_by_the_process_not_the_thread():
+    port = free_port()
+    # the peer renames itself after it started: the agent sees it as new (no scan of it)
+    events, _ = capture("named_threads", str(port), process_names=("peerproc",))
+    payloads = [e.payload for e in data(events) if e.payload == b"from-a-named-thread"]
+    assert len(payloads) == 2  # sent and received, both by the thread named "recv"
+    opens = [e for e in events if isinstance(e, abi.ConnOpen) and e.comm == "peerproc"]
+    assert opens, "connections are opened under the process's name"

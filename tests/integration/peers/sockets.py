@@ -155,10 +155,33 @@ def llm_request(port: int) -> None:
         s.close()
 
 
+def named_threads(port: int) -> None:
+    """The process names itself "peerproc"; a thread named "recv" makes all the socket
+    calls (as Cyclone DDS's threads do): selection by process name must still hold."""
+    import ctypes
+    import threading
+
+    libc = ctypes.CDLL(None)
+    pr_set_name = 15
+    libc.prctl(pr_set_name, b"peerproc", 0, 0, 0)
+
+    def work() -> None:
+        libc.prctl(pr_set_name, b"recv", 0, 0, 0)
+        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        rx.bind(("127.0.0.1", port))
+        tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        tx.sendto(b"from-a-named-thread", ("127.0.0.1", port))
+        rx.recvfrom(100)
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join(10)
+
+
 if __name__ == "__main__":
     kind, arg = sys.argv[1], sys.argv[2]
     fn = {"udp": udp, "mmsg": mmsg, "tcp": tcp_kinds, "fd_reuse": fd_reuse, "unix": unix,
           "silent_server": silent_server, "patient_client": patient_client,
-          "llm_request": llm_request}[kind]
+          "llm_request": llm_request, "named_threads": named_threads}[kind]
     fn(arg if kind == "unix" else int(arg))
 
