@@ -510,7 +510,7 @@ _RECEIVER = _Map(
             {
                 "enabled": _List(
                     _Str(expected="a protocol name"), "a list of protocol names",
-                    ("http1", "http2", "llm", "vectordb"),
+                    ("http1", "http2", "rtps", "llm", "vectordb"),
                 ),
                 "http1": _Map(
                     {

@@ -61,7 +61,7 @@ def test_default_values():
     assert (r.capture_max_bytes, r.ring_buffer_size_mib, r.wakeup_fill_percent) == (4096, 16, 50)
     assert r.poll_interval_s == 0.1 and r.idle_timeout_s == 300.0
     assert r.max_connections == 65536
-    assert r.protocols_enabled == ("http1", "http2", "llm", "vectordb")
+    assert r.protocols_enabled == ("http1", "http2", "rtps", "llm", "vectordb")
     assert r.protocol_options == {
         "http1": {"response_timeout_s": 30.0, "capture_headers": False},
         "llm": {"capture_content": False, "max_content_bytes": 4096, "body_limit": 1 << 20},
