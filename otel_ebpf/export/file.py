@@ -16,10 +16,11 @@ import orjson
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from otel_ebpf.export.otlp_json import spans_to_otlp_json
 
 # bytes fields that OTLP/JSON writes as hex: in spans, links and metric exemplars
 _HEX_FIELDS = frozenset({"traceId", "spanId", "parentSpanId"})
@@ -110,7 +111,7 @@ class FileSpanExporter(SpanExporter):
         if self._file is None:
             return SpanExportResult.FAILURE
         try:
-            self._file.write(to_otlp_json(encode_spans(spans)))
+            self._file.write(spans_to_otlp_json(spans))
         except (OSError, ValueError):  # disk full, file closed...
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
