@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import orjson
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-
-from otel_ebpf.export.file import to_otlp_json
-from otel_ebpf.export.otlp_json import spans_to_otlp_json
 from otel_ebpf.protocols.base import (
     ConnInfo,
     NeutralSpan,
@@ -17,6 +14,9 @@ from otel_ebpf.protocols.base import (
     SpanLink,
     StatusCode,
 )
+
+from otel_ebpf.export.file import to_otlp_json
+from otel_ebpf.export.otlp_json import spans_to_otlp_json
 from otel_ebpf.spans.clock import KernelClock
 from otel_ebpf.spans.convert import resource_for, to_readable
 
