@@ -1,0 +1,136 @@
+"""Where the agent's CPU goes per HTTP/1 exchange, stage by stage, in one process (no
+kernel): decoded events -> connection table and parsers -> correlator -> NeutralSpan to
+SDK ReadableSpan -> OTLP encodings. Side by side, the encodings the exporters use:
+protobuf for OTLP (the SDK's encoder), and OTLP/JSON for the file exporter, now built
+directly (otel_ebpf/export/otlp_json.py) and, for comparison, the old protobuf route.
+
+    .venv/bin/python bench/agent_pipeline.py [--exchanges 5000] [--rounds 5]
+        [--profile] [--out docs/performance.md]
+
+--profile prints the 20 functions with the most own time over the parse and correlate
+stages (cProfile). Medians over rounds, µs per exchange (2 spans: one client, one server).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans  # noqa: E402
+
+from bench.side_by_side import publish  # noqa: E402
+from otel_ebpf.conntrack.table import ConnTable  # noqa: E402
+from otel_ebpf.correlate import Correlator, assign_ids  # noqa: E402
+from otel_ebpf.export.file import to_otlp_json  # noqa: E402
+from otel_ebpf.export.otlp_json import spans_to_otlp_json  # noqa: E402
+from otel_ebpf.kernel import abi  # noqa: E402
+from otel_ebpf.protocols.base import Direction, Role  # noqa: E402
+from otel_ebpf.protocols.registry import Registry  # noqa: E402
+from otel_ebpf.spans.clock import KernelClock  # noqa: E402
+from otel_ebpf.spans.convert import resource_for, to_readable  # noqa: E402
+from otel_ebpf.telemetry import Stats  # noqa: E402
+
+REQUEST = (b"GET /items/42?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: python-requests/"
+           b"2.31\r\nAccept: */*\r\nConnection: keep-alive\r\n\r\n")
+RESPONSE = (b"HTTP/1.1 200 OK\r\ndate: Wed, 02 Dec 2026 10:00:00 GMT\r\nserver: uvicorn\r\n"
+            b"content-length: 20\r\ncontent-type: application/json\r\n\r\n"
+            b'{"id":"42","ok":true}')[:-1]
+BATCH = 64  # events per ring-buffer drain, about what the agent sees under load
+
+
+def events(exchanges: int) -> list:
+    """Both ends of `exchanges` keep-alive requests: a client and a server connection."""
+    out: list = []
+    ends = {Role.CLIENT: (100, 5, 1), Role.SERVER: (200, 9, 2)}
+    for role, key in ends.items():
+        local, remote = (40000, 8000) if role == Role.CLIENT else (8000, 40000)
+        out.append(abi.ConnOpen(key=key, ts_ns=1, tid=key[0], role=role,
+                                flags=abi.CONN_F_STREAM | abi.CONN_F_TCP, family=2,
+                                local_addr="127.0.0.1", local_port=local,
+                                remote_addr="127.0.0.1", remote_port=remote, comm="python"))
+    pos = {k: [0, 0] for k in ends.values()}
+    t = 1_000
+    for _ in range(exchanges):
+        for role, direction, payload in ((Role.CLIENT, Direction.EGRESS, REQUEST),
+                                         (Role.SERVER, Direction.INGRESS, REQUEST),
+                                         (Role.SERVER, Direction.EGRESS, RESPONSE),
+                                         (Role.CLIENT, Direction.INGRESS, RESPONSE)):
+            key, t = ends[role], t + 1_000
+            p = pos[key][direction]
+            seq = (1_000 + p) & 0xFFFFFFFF
+            out.append(abi.DataEvent(key=key, tid=key[0], enter_ns=t, exit_ns=t + 500,
+                                     direction=direction, pos=p, msg_len=len(payload),
+                                     tcp_seq=seq, payload=payload, peer=None))
+            pos[key][direction] += len(payload)
+    return out
+
+
+def one_round(exchanges: int, profile: cProfile.Profile | None) -> dict[str, float]:
+    stats = Stats()
+    registry = Registry.from_config(["http1", "http2", "rtps", "llm", "vectordb"],
+                                    {"http1": {"correlation_headers": ["x-request-id"]}})
+    table = ConnTable(registry, stats, 65536, 300 * 10**9)
+    correlator = Correlator(stats, 2 * 10**9, ("x-request-id",), max_requests=100_000)
+    evs = events(exchanges)
+    spans: list = []
+    t0 = time.perf_counter()
+    if profile:
+        profile.enable()
+    for i in range(0, len(evs), BATCH):
+        done = table.handle(evs[i : i + BATCH])
+        correlator.observe(table.observed)
+        table.observed.clear()
+        spans += correlator.on_spans(done, 10**18)
+    spans += correlator.flush()
+    if profile:
+        profile.disable()
+    t1 = time.perf_counter()
+    assign_ids(spans)
+    clock, resource = KernelClock(), resource_for({"service.name": "bench", "process.pid": 1})
+    readable = [to_readable(s, resource, clock) for s in spans]
+    t2 = time.perf_counter()
+    encode_spans(readable).SerializeToString()
+    t3 = time.perf_counter()
+    spans_to_otlp_json(readable)
+    t4 = time.perf_counter()
+    to_otlp_json(encode_spans(readable))
+    t5 = time.perf_counter()
+    assert len(spans) == 2 * exchanges, len(spans)
+    us = 1e6 / exchanges
+    return {"parse and correlate": (t1 - t0) * us, "to ReadableSpan": (t2 - t1) * us,
+            "OTLP protobuf (SDK encoder)": (t3 - t2) * us,
+            "OTLP/JSON, direct (file exporter now)": (t4 - t3) * us,
+            "OTLP/JSON via protobuf (file exporter before)": (t5 - t4) * us}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--exchanges", type=int, default=5000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    profile = cProfile.Profile() if args.profile else None
+    rounds = [one_round(args.exchanges, profile) for _ in range(args.rounds)]
+    lines = [f"### Agent CPU per HTTP/1 exchange, by stage ({time.strftime('%Y-%m-%d')}, "
+             f"{args.exchanges} exchanges seen at both ends, median of {args.rounds} rounds)",
+             "", "`.venv/bin/python bench/agent_pipeline.py --exchanges "
+             f"{args.exchanges} --rounds {args.rounds}`", "",
+             "| stage | µs per exchange (2 spans) |", "|---|---:|"]
+    for stage in rounds[0]:
+        lines.append(f"| {stage} | {statistics.median(r[stage] for r in rounds):.0f} |")
+    publish(lines, args.out)
+    if profile:
+        pstats.Stats(profile).sort_stats("tottime").print_stats(20)
+
+
+if __name__ == "__main__":
+    main()
