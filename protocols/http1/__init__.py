@@ -46,7 +46,7 @@ class HTTP1Parser(ProtocolParser):
         return _parse.infer(direction, head)
 
     def new_state(self, conn: ConnInfo) -> HTTP1State:
-        return HTTP1State(conn, self.carrier_names, self.layers)
+        return HTTP1State(conn, self.carrier_names, self.layers, self.capture_headers)
 
     def use_layers(self, layers: tuple[HTTPLayer, ...]) -> None:
         self.layers = layers

@@ -31,6 +31,10 @@ SECRET_PARTS = ("api-key", "api_key", "apikey", "token", "secret")
 
 # W3C trace context: correlate/ honors it; more names (x-request-id) come from the options
 CONTEXT_HEADERS = frozenset({"traceparent", "tracestate"})
+# what spans and framing read from a head; other headers are not even decoded, unless
+# capture_headers asks for all of them
+FRAMING_HEADERS = frozenset({"host", "user-agent", "content-type", "content-length",
+                             "transfer-encoding", "upgrade"})
 
 
 @functools.lru_cache(maxsize=4096)  # header names repeat: decide each once
@@ -187,6 +191,7 @@ class HTTP1State(ParserState):
         "answered",
         "carrier_names",
         "closed",
+        "kept_headers",
         "layers",
         "next_index",
         "orphan_responses",
@@ -198,10 +203,13 @@ class HTTP1State(ParserState):
     )
 
     def __init__(self, conn: ConnInfo, carrier_names: frozenset[str] = CONTEXT_HEADERS,
-                 layers: tuple[HTTPLayer, ...] = ()) -> None:
+                 layers: tuple[HTTPLayer, ...] = (), capture_headers: bool = False) -> None:
         super().__init__(conn)
         self.carrier_names = carrier_names  # headers kept for correlate/ (frame.carrier)
         self.layers = layers
+        # the (lower-case, bytes) names a head's parse keeps; None: every non-secret one
+        self.kept_headers: frozenset[bytes] | None = None if capture_headers else frozenset(
+            name.encode("latin-1") for name in FRAMING_HEADERS | carrier_names)
         # a client writes its requests, a server reads them
         self.requests = Direction.INGRESS if conn.role == Role.SERVER else Direction.EGRESS
         self.streams = (_Stream(), _Stream())
@@ -220,9 +228,10 @@ class HTTP1State(ParserState):
 class _Head:
     """Collects one head from llhttp's callbacks; secrets are dropped on arrival."""
 
-    __slots__ = ("complete", "fields", "firsts", "reason", "url")
+    __slots__ = ("complete", "fields", "firsts", "kept", "reason", "url")
 
-    def __init__(self) -> None:
+    def __init__(self, kept: frozenset[bytes] | None = None) -> None:
+        self.kept = kept
         self.url = b""
         self.reason = b""
         self.fields: list[tuple[str, str]] = []
@@ -236,6 +245,8 @@ class _Head:
         self.reason += reason
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.kept is not None and name.lower() not in self.kept:
+            return  # neither framing, nor a span attribute, nor correlation: not decoded
         key = name.decode("latin-1").lower()
         if not is_secret(key):
             text = value.strip().decode("latin-1")
@@ -252,9 +263,10 @@ class _Head:
         return self.firsts.get(name, "")
 
 
-def _read_head(parser_type, head) -> tuple[_Head, object] | None:
+def _read_head(parser_type, head, kept: frozenset[bytes] | None
+               ) -> tuple[_Head, object] | None:
     """Feed exactly one head to a fresh llhttp parser; None when llhttp rejects it."""
-    collected = _Head()
+    collected = _Head(kept)
     parser = parser_type(collected)
     # an observer, not a gatekeeper: both peers accepted Content-Length beside chunked
     parser.set_dangerous_leniencies(lenient_chunked_length=True)
@@ -319,7 +331,7 @@ def _request_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) -> 
     if not isinstance(span, tuple):
         return span, None, 0
     start, end = span
-    read = _read_head(httptools.HttpRequestParser, buf[start:end])
+    read = _read_head(httptools.HttpRequestParser, buf[start:end], state.kept_headers)
     if read is None:
         return INVALID, None, 0
     head, parser = read
@@ -360,7 +372,7 @@ def _response_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) ->
     if not isinstance(span, tuple):
         return span, None, 0
     start, end = span
-    read = _read_head(httptools.HttpResponseParser, buf[start:end])
+    read = _read_head(httptools.HttpResponseParser, buf[start:end], state.kept_headers)
     if read is None:
         return INVALID, None, 0
     head, parser = read
