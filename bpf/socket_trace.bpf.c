@@ -71,6 +71,20 @@ ENTER(connect, ARG_CONNECT, 1, 0, 0)
 
 /* ---- syscall exit: emit what moved ------------------------------------------------- */
 
+/* User space gave up on this connection (no parser knows its bytes): stop tracing it, so
+ * its later calls cost one lookup at entry and nothing is copied. */
+static __always_inline bool connection_muted(struct conn_state *st, int fd)
+{
+	__u64 mkey = conn_map_key(st->key.pid, fd);
+	__u64 *gen = bpf_map_lookup_elem(&muted, &mkey);
+	if (!gen || *gen != st->key.gen)
+		return false;
+	st->traced = 0;
+	bpf_map_delete_elem(&muted, &mkey);
+	count(CNT_MUTED, 1);
+	return true;
+}
+
 /* TLS: a syscall inside an SSL call names the session's socket (ssl_trace.bpf.c); a read
  * outside one may be what a memory-BIO session decrypts next. A socket an SSL session
  * uses carries ciphertext: its bytes are counted, not sent (the plaintext is). Returns
@@ -134,6 +148,8 @@ static __always_inline int on_exit(struct trace_event_raw_sys_exit *ctx, __u8 di
 	if (!datagram && tls_bookkeeping(st, &a, dir, ret, seq, id))
 		return 0;
 	if (!st->traced && !(datagram && datagram_selected(st, sk, &peer)))
+		return 0;
+	if (connection_muted(st, a.fd))
 		return 0;
 
 	switch (a.kind) {

@@ -145,6 +145,10 @@ class Agent:
         """Events -> spans with their IDs: requests are correlated as they are made,
         before the spans of the batch (which may be their parents) are decided."""
         spans = self.table.handle(events)
+        if self.table.to_mute and self.tracer is not None:
+            # no parser wants these: the kernel stops copying their bytes
+            self.tracer.mute(self.table.to_mute)
+            self.table.to_mute.clear()
         self.correlator.observe(self.table.observed)
         self.table.observed.clear()
         return self.correlator.on_spans(spans)
@@ -185,6 +189,7 @@ class Agent:
             self.stats.set_total("kernel.drops", n, cpu=str(cpu))
         self.stats.set_total("kernel.truncations", sum(counters["truncated"]))
         self.stats.set_total("kernel.widened", sum(counters["widened"]))
+        self.stats.set_total("kernel.muted", sum(counters["muted"]))
         self.stats.set_total("tls.unbound", sum(counters["tls_unbound"]))
         self.stats.set_total("tls.uncovered", len(self.tracer.ssl.static_uncovered))
 

@@ -23,6 +23,7 @@ COUNTERS: dict[str, tuple[str, str]] = {
     "connections.tracked": ("{connection}", "Connections opened in the connection table"),
     "connections.evicted": ("{connection}", "Connections evicted because the table was full"),
     "connections.unparsed": ("{connection}", "Connections no parser recognized"),
+    "kernel.muted": ("{connection}", "Unrecognized connections the kernel stopped sending"),
     "protocol.events": ("{event}", "Conditions parsers counted, by protocol and event "
                         "(http2 unknown_headers: HPACK entries from before capture began)"),
     "records.timed_out": ("{record}", "Requests closed without a response after the timeout"),

@@ -58,7 +58,8 @@ enum counter_idx {
 	CNT_IOV_LIMIT = 5,      /* iovec or mmsg entries beyond MAX_IOV/MAX_MMSG not captured */
 	CNT_WIDENED = 6,        /* connections whose capture was widened (an LLM request seen) */
 	CNT_TLS_UNBOUND = 7,    /* SSL calls whose socket could not be found (plaintext lost) */
-	CNT_MAX = 8,
+	CNT_MUTED = 8,          /* connections user space muted: no parser wants their bytes */
+	CNT_MAX = 16,
 };
 
 struct addr {

@@ -174,6 +174,15 @@ CAPTURE_MAP struct {
 	__type(value, struct last_read);
 } last_reads SEC(".maps");
 
+/* Connections user space asked to stop sending (no parser recognized them), by map key,
+ * with the generation they were asked for (an fd reused since is another connection). */
+CAPTURE_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u64);
+} muted SEC(".maps");
+
 /* The asyncio task each thread is running (uprobes on CPython's task step). */
 CAPTURE_MAP struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);

@@ -42,7 +42,7 @@ class FrameStart(NamedTuple):
 class Connection:
     __slots__ = (
         "info", "parser", "state", "streams", "frame_start", "resync", "pending",
-        "infer_attempts", "unparsed", "last_ns", "tcp", "frames_out",
+        "infer_attempts", "unparsed", "last_ns", "tcp", "frames_out", "muted",
     )
     # (streams, frame_start, resync, pending, infer_attempts, unparsed: see _start_parsing)
 
@@ -54,6 +54,7 @@ class Connection:
         # request's trace and parent from what was open when it was made
         self.frames_out = frames_out
         self.last_ns = info.generation  # kernel time the socket was first seen
+        self.muted = False  # the kernel was asked to stop sending its bytes
         self._start_parsing()
 
     def _start_parsing(self) -> None:

@@ -55,6 +55,8 @@ class ConnTable:
         self.conns: OrderedDict[Key, Connection] = OrderedDict()
         self.by_pid: defaultdict[int, set[Key]] = defaultdict(set)
         self.touched: set[Key] = set()
+        # connections that became unparsed, for the agent to mute in the kernel
+        self.to_mute: list[Key] = []
         self.evicted_spans: list[NeutralSpan] = []
         # for correlate/, in event order: frames as they complete, and asyncio tasks as they
         # are born (with the last read their thread made). One list: a task's address is
@@ -82,6 +84,9 @@ class ConnTable:
                              ev.exit_ns, ev.tcp_seq, self.registry, stats, tid=ev.tid,
                              task=ev.task, tail=ev.tail, tls=ev.tls, peer=ev.peer)
                 self.touched.add(ev.key)
+                if conn.unparsed and not conn.muted:
+                    conn.muted = True
+                    self.to_mute.append(ev.key)
                 if ev.direction is Direction.INGRESS:
                     self._note_read(ev)
             elif type(ev) is abi.TaskNew:

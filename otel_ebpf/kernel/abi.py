@@ -34,8 +34,9 @@ COUNTER_NAMES = {
     5: "iov_limit",
     6: "widened",
     7: "tls_unbound",
+    8: "muted",
 }
-CNT_MAX = 8
+CNT_MAX = 16
 
 HEADER = struct.Struct("<B3xIQ")  # type, tid, ts_ns
 KEY = struct.Struct("<IiQ")  # pid, fd, gen

@@ -144,6 +144,13 @@ class SocketTracer:
                 log.debug("bad ring-buffer record: %s", exc)
         return events
 
+    def mute(self, keys: list[tuple[int, int, int]]) -> None:
+        """Stop tracing these connections (pid, fd, generation): no parser wants them."""
+        table = self.obj.map("muted")
+        for pid, fd, gen in keys:
+            table.update(((pid << 32) | (fd & 0xFFFFFFFF)).to_bytes(8, "little"),
+                         gen.to_bytes(8, "little"))
+
     def kernel_counters(self) -> dict[str, list[int]]:
         """The per-CPU counters of the BPF program, by name (one value per CPU)."""
         return {

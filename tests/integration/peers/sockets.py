@@ -178,10 +178,34 @@ def named_threads(port: int) -> None:
     t.join(10)
 
 
+def chatty_binary(port: int) -> None:
+    """A protocol no parser knows: 300 binary round trips, 5 ms apart, on one connection."""
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", port))
+    srv.listen()
+    cli = socket.create_connection(("127.0.0.1", port))
+    conn, _ = srv.accept()
+    message = bytes(range(64))
+    for _ in range(300):
+        cli.sendall(message)
+        got = 0
+        while got < len(message):
+            got += len(conn.recv(64 - got))
+        conn.sendall(message)
+        got = 0
+        while got < len(message):
+            got += len(cli.recv(64 - got))
+        time.sleep(0.005)
+    for s in (cli, conn, srv):
+        s.close()
+
+
 if __name__ == "__main__":
     kind, arg = sys.argv[1], sys.argv[2]
     fn = {"udp": udp, "mmsg": mmsg, "tcp": tcp_kinds, "fd_reuse": fd_reuse, "unix": unix,
           "silent_server": silent_server, "patient_client": patient_client,
-          "llm_request": llm_request, "named_threads": named_threads}[kind]
+          "llm_request": llm_request, "named_threads": named_threads,
+          "chatty_binary": chatty_binary}[kind]
     fn(arg if kind == "unix" else int(arg))
 
