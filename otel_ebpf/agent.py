@@ -117,8 +117,9 @@ class Agent:
             self.tracer.asyncio.scan_all()
         if self.cfg.receiver.tls_openssl:
             self.tracer.ssl.scan_all()
-        log.info("attached %d programs; parsers: %s", self.tracer.programs,
-                 ", ".join(p.name for p in self.registry.parsers))
+        log.info("attached %d programs; parsers: %s; layers over HTTP: %s",
+                 self.tracer.programs, ", ".join(p.name for p in self.registry.parsers),
+                 ", ".join(layer.name for layer in self.registry.layers) or "none")
         print(READY_LINE, file=sys.stderr, flush=True)
 
     def run(self) -> None:
