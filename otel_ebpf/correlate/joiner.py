@@ -144,6 +144,9 @@ class Correlator:
         self.clients: OrderedDict[WireKey, Request] = OrderedDict()  # awaiting their server
         self.waiting: OrderedDict[WireKey, Request] = OrderedDict()  # servers awaiting client
         self.open: defaultdict[int, list[Request]] = defaultdict(list)  # server requests by pid
+        # server requests whose response has not begun, by connection: a response finds its
+        # request here without scanning every open request of the process
+        self.unanswered: defaultdict[tuple[int, int, int], list[Request]] = defaultdict(list)
         self.first_by_id: OrderedDict[tuple[str, str], Request] = OrderedDict()
         # asyncio task (pid, address) -> the read whose loop callback created it
         self.task_reads: OrderedDict[tuple[int, int], TaskRead] = OrderedDict()
@@ -231,6 +234,7 @@ class Correlator:
 
     def _server_request(self, req: Request) -> None:
         self.open[req.pid].append(req)
+        self.unanswered[req.conn_key].append(req)
         key = req.wire_key
         client = self.clients.pop(key, None) if key else None
         if client is not None:
@@ -244,10 +248,16 @@ class Correlator:
     def _server_answers(self, conn: ConnInfo, frame: Frame) -> None:
         """The response's first byte ends its request's handling: the oldest unanswered
         request of the connection, or on a multiplexed one, the same exchange's."""
-        for req in self.open.get(conn.pid, ()):
-            if req.conn_key == conn.key and req.done_ns == 2**63 \
-                    and (frame.exchange < 0 or req.exchange == frame.exchange):
+        key = conn.key
+        waiting = self.unanswered.get(key)
+        if not waiting:
+            return
+        for i, req in enumerate(waiting):
+            if frame.exchange < 0 or req.exchange == frame.exchange:
                 req.done_ns = frame.start_ns
+                del waiting[i]
+                if not waiting:
+                    del self.unanswered[key]
                 return
 
     def _client_request(self, req: Request) -> None:
@@ -300,6 +310,11 @@ class Correlator:
                 reqs.remove(req)
                 if not reqs:
                     del self.open[req.pid]
+            waiting = self.unanswered.get(req.conn_key)
+            if waiting is not None and req in waiting:  # its span came without a response
+                waiting.remove(req)
+                if not waiting:
+                    del self.unanswered[req.conn_key]
 
     # ---- spans, as they end ---------------------------------------------------------
 
