@@ -5,6 +5,7 @@ the system's libraries and in running processes, and attaches the TLS plaintext 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -38,18 +39,21 @@ REQUIRED = 2
 _PUSH = frozenset({"push"})
 
 
-def _call_targets(code: bytes, offset: int, limit: int = 96) -> list[int]:
-    import capstone
+@functools.cache
+def _disassembler():
+    import capstone  # only where the internal entries are looked for (x86-64)
 
-    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    return capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+
+
+def _call_targets(code: bytes, offset: int, limit: int = 96) -> list[int]:
+    md = _disassembler()
     return [int(insn.op_str, 16) for insn in md.disasm(code[offset:offset + limit], offset)
             if insn.mnemonic == "call" and insn.op_str.startswith("0x")]
 
 
 def _first_mnemonic(code: bytes, offset: int) -> str:
-    import capstone
-
-    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    md = _disassembler()
     return next((insn.mnemonic for insn in md.disasm(code[offset:offset + 16], offset, 1)), "")
 
 
