@@ -18,9 +18,6 @@ import grpc
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
     OTLPMetricExporter as GrpcMetricExporter,
 )
-from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-    OTLPSpanExporter as GrpcSpanExporter,
-)
 from opentelemetry.exporter.otlp.proto.http import Compression as HttpCompression
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
     OTLPMetricExporter as HttpMetricExporter,
@@ -33,6 +30,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_ebpf.export.debug import DebugMetricExporter, DebugSpanExporter
 from otel_ebpf.export.file import FileMetricExporter, FileSpanExporter
+from otel_ebpf.export.otlp_grpc import GrpcSpanExporter
 
 Config = Mapping[str, Any]
 
