@@ -4,7 +4,6 @@ frames it returns, and hands finished records to the parser's span builder."""
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
 from typing import NamedTuple
 
 from otel_ebpf.protocols.base import (
@@ -17,6 +16,7 @@ from otel_ebpf.protocols.base import (
     ProtocolParser,
     Record,
     Role,
+    SmallDeque,
 )
 from otel_ebpf.protocols.registry import Registry
 from otel_ebpf.telemetry import Stats
@@ -66,8 +66,7 @@ class Connection:
         self.frame_start: list[FrameStart | None] = [None, None]
         self.resync = [False, False]  # bytes were lost: find a frame boundary first
         # frames parsed whose last byte has not arrived yet (skipped bodies), with their end
-        self.pending: tuple[deque[tuple[Frame, int]], deque[tuple[Frame, int]]] = (
-            deque(), deque())
+        self.pending: tuple[SmallDeque, SmallDeque] = (SmallDeque(), SmallDeque())
         self.infer_attempts = 0
         self.unparsed = False
 

@@ -3,8 +3,9 @@ missing (never silently glued), and what time and TCP sequence number any byte h
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
+
+from otel_ebpf.protocols.base import SmallDeque
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +35,8 @@ class Stream:
     def __init__(self) -> None:
         self.head = 0
         self.buf = bytearray()
-        self.queue: deque[Chunk] = deque()  # chunks not yet (wholly) in buf
-        self.times: deque[Chunk] = deque()  # recent chunks, for time/seq lookups by position
+        self.queue = SmallDeque()  # chunks not yet (wholly) in buf
+        self.times = SmallDeque()  # recent chunks, for time/seq lookups by position
         self.started = False
         self.known_end = 0  # end of the furthest chunk seen
         self.last_end_ns = 0  # when the latest chunk's syscall returned

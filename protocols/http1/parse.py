@@ -6,13 +6,21 @@ from __future__ import annotations
 import enum
 import functools
 import re
-from collections import deque
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import httptools
 
-from ..base import UNTIL_CLOSE, ConnInfo, Direction, Frame, ParseResult, ParserState, Role
+from ..base import (
+    UNTIL_CLOSE,
+    ConnInfo,
+    Direction,
+    Frame,
+    ParseResult,
+    ParserState,
+    Role,
+    SmallDeque,
+)
 from ..layers import Body as BodyCapture
 from ..layers import HTTPLayer, first_wanting
 
@@ -184,6 +192,13 @@ class _Stream:
         self.interim: list[int] = []
 
 
+@functools.lru_cache(maxsize=16)
+def _kept_names(carrier_names: frozenset[str]) -> frozenset[bytes]:
+    """The (lower-case, bytes) header names a head's parse keeps: one set for every
+    connection with the same options, not one each."""
+    return frozenset(name.encode("latin-1") for name in FRAMING_HEADERS | carrier_names)
+
+
 class HTTP1State(ParserState):
     """Per connection: a stream per direction and the requests still waiting for a response."""
 
@@ -208,12 +223,11 @@ class HTTP1State(ParserState):
         self.carrier_names = carrier_names  # headers kept for correlate/ (frame.carrier)
         self.layers = layers
         # the (lower-case, bytes) names a head's parse keeps; None: every non-secret one
-        self.kept_headers: frozenset[bytes] | None = None if capture_headers else frozenset(
-            name.encode("latin-1") for name in FRAMING_HEADERS | carrier_names)
+        self.kept_headers = None if capture_headers else _kept_names(carrier_names)
         # a client writes its requests, a server reads them
         self.requests = Direction.INGRESS if conn.role == Role.SERVER else Direction.EGRESS
         self.streams = (_Stream(), _Stream())
-        self.sent: deque[Sent] = deque(maxlen=SENT_LIMIT)
+        self.sent = SmallDeque()  # at most SENT_LIMIT
         self.next_index = 0
         self.answered = -1  # index of the last request whose response head was seen
         self.switch_pending = False  # an Upgrade/CONNECT request awaits its answer
@@ -353,6 +367,8 @@ def _request_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) -> 
     )
     state.next_index += 1
     switch = parser.should_upgrade()  # Upgrade + Connection: upgrade, or CONNECT
+    if len(state.sent) >= SENT_LIMIT:
+        state.sent.popleft()
     state.sent.append(Sent(request.index, method, switch, layer))
     state.switch_pending |= switch
     return _start_body(s, request, end, body or Body.NONE, length)
