@@ -77,10 +77,14 @@ def _check_btf() -> Check:
 def _check_tracefs() -> Check:
     try:
         root = ensure_tracefs()
+        read = root / "events/syscalls/sys_enter_read"
+        present = read.is_dir()
     except BPFError as exc:
         return Check("tracefs", False, str(exc))
-    read = root / "events/syscalls/sys_enter_read"
-    if not read.is_dir():
+    except PermissionError as exc:  # tracefs is root's (mode 0700): an unprivileged user
+        return Check("tracefs", False, f"cannot read {exc.filename}: permission denied "
+                     "(run as root, or with CAP_DAC_READ_SEARCH for tracefs)")
+    if not present:
         return Check("syscall tracepoints", False,
                      f"{read} missing: kernel needs CONFIG_FTRACE_SYSCALLS=y")
     return Check("tracefs + syscall tracepoints", True, str(root))

@@ -182,12 +182,22 @@ class AgentRun:
         return self.stderr_path.read_text(errors="replace")
 
 
+def _merge(base: dict, over: dict) -> dict:
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
 def agent_config(traces: Path, ports: list[int], exporters: dict | None = None,
-                 response_timeout: str = "5s", targets: dict | None = None) -> str:
+                 response_timeout: str = "5s", targets: dict | None = None,
+                 overrides: dict | None = None) -> str:
     """A config that selects `ports`, writes spans and metrics to `traces`, and also
-    exports spans to `exporters` ({instance: settings})."""
+    exports spans to `exporters` ({instance: settings}); `overrides` is merged in last."""
     exporters = exporters or {}
-    return yaml.safe_dump({
+    return yaml.safe_dump(_merge({
         "receivers": {"ebpf": {
             "targets": targets or {"ports": ports},
             "ring_buffer": {"poll_interval": "50ms"},
@@ -203,7 +213,7 @@ def agent_config(traces: Path, ports: list[int], exporters: dict | None = None,
             },
             "telemetry": {"metrics": {"interval": "1s"}},
         },
-    })
+    }, overrides or {}))
 
 
 @pytest.fixture
@@ -211,17 +221,20 @@ def start_agent(tmp_path: Path) -> Iterator[Callable[..., AgentRun]]:
     runs: list[AgentRun] = []
 
     def start(ports: list[int], exporters: dict | None = None, timeout_s: float = 60.0,
-              response_timeout: str = "5s", targets: dict | None = None) -> AgentRun:
+              response_timeout: str = "5s", targets: dict | None = None,
+              overrides: dict | None = None) -> AgentRun:
         require_kernel()
         traces = tmp_path / f"traces-{len(runs)}.jsonl"
         cfg = tmp_path / f"agent-{len(runs)}.yaml"
-        cfg.write_text(agent_config(traces, ports, exporters, response_timeout, targets))
+        cfg.write_text(agent_config(traces, ports, exporters, response_timeout, targets,
+                                    overrides))
         err = tmp_path / f"agent-{len(runs)}.err"
+        out = tmp_path / f"agent-{len(runs)}.out"  # the debug exporter's console, if any
         proc = subprocess.Popen(
             [str(VENV_BIN / "otel-ebpf"), "run", "-c", str(cfg)],
-            stdout=subprocess.DEVNULL, stderr=err.open("w"), cwd=tmp_path,
+            stdout=out.open("w"), stderr=err.open("w"), cwd=tmp_path,
         )
-        run = AgentRun(proc, traces, err)
+        run = AgentRun(proc, traces, err, extra={"stdout": out, "config": cfg})
         runs.append(run)
         deadline = time.monotonic() + timeout_s
         while "otel-ebpf ready" not in run.stderr:

@@ -92,3 +92,69 @@ def test_check_without_privileges_fails():
                                 "--bounding-set=-bpf,-perfmon,-sys_admin"], timeout=120)
     assert proc.returncode == 1
     assert "privileges" in proc.stderr
+
+
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]
+
+
+def _as_nobody() -> list[str]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to become another user")
+    if shutil.which("setpriv") is None:
+        pytest.fail("setpriv (util-linux) is needed for this test")
+    return NOBODY
+
+
+def test_unprivileged_user_run_exits_1_naming_each_capability():
+    """A plain user (uid 65534, no capabilities): `run` stops before touching the kernel."""
+    proc = run("run", "-c", str(REPO / "config/default.yaml"), prefix=_as_nobody(),
+               env={"HOME": "/tmp"})
+    assert proc.returncode == 1, proc.stderr
+    for cap in ("CAP_BPF", "CAP_PERFMON"):
+        assert cap in proc.stderr
+    assert "Traceback" not in proc.stderr and "otel-ebpf ready" not in proc.stderr
+
+
+def test_unprivileged_user_check_names_what_is_missing():
+    proc = run("check", prefix=_as_nobody(), env={"HOME": "/tmp", "COLUMNS": "400"},
+               timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "otel-ebpf cannot run here: privileges" in proc.stderr
+    row = next(line for line in proc.stdout.splitlines() if "privileges" in line)
+    assert "MISSING" in row and "CAP_BPF" in row and "CAP_PERFMON" in row
+    assert "Traceback" not in proc.stderr
+
+
+def test_unreadable_config_file_exits_2(tmp_path):
+    cfg = tmp_path / "secret.yaml"
+    cfg.write_text("receivers: {ebpf: {}}\n")
+    cfg.chmod(0o600)  # root's: the unprivileged user cannot read it
+    tmp_path.chmod(0o755)
+    proc = run("run", "-c", str(cfg), prefix=_as_nobody(), env={"HOME": "/tmp"})
+    assert proc.returncode == 2, proc.stderr
+    flat = " ".join(proc.stderr.split())  # the console wraps long lines
+    assert str(cfg) in flat and "expected a readable UTF-8 config file" in flat
+    assert "Permission denied" in flat
+
+
+@pytest.mark.parametrize(("body", "path", "expected"), [
+    (b"receivers: {ebpf: {capture: {max_bytes: \xff}}}\n", "bad.yaml", "UTF-8"),
+    (b"exporters: {otlp: {endpoint: 'http://collector:99999'}}\n",
+     "exporters.otlp.endpoint", "host:port"),
+    (b"exporters: {otlphttp: {endpoint: 'collector:4318'}}\n",
+     "exporters.otlphttp.endpoint", "http(s)://"),
+    (b"receivers: {ebpf: {connections: {max: many}}}\n",
+     "receivers.ebpf.connections.max", "an integer from 64 to 4194304"),
+    (b"receivers: {ebpf: {redaction: {query_params: session}}}\n",
+     "receivers.ebpf.redaction.query_params", "a list of query parameter names"),
+    (b"receivers: {ebpf: {redaction: {query: [a]}}}\n",
+     "receivers.ebpf.redaction.query", "query_params"),
+])
+def test_invalid_config_exits_2_with_path_and_expected_form(tmp_path, body, path, expected):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_bytes(body)
+    proc = run("run", "-c", str(cfg))
+    assert proc.returncode == 2, proc.stderr
+    flat = " ".join(proc.stderr.split())  # the console wraps long lines
+    assert path in flat and expected in flat, proc.stderr
+    assert "Traceback" not in proc.stderr

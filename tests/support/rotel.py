@@ -36,10 +36,13 @@ def wait_listening(port: int, proc: subprocess.Popen, deadline: float) -> None:
 
 
 class Rotel:
-    def __init__(self, tmp_path):
-        self.grpc_port, self.http_port = free_port(), free_port()
+    """`grpc_port`/`http_port` given: listen there (a receiver restarted on its old ports);
+    its output is appended to tmp_path/rotel.out across restarts."""
+
+    def __init__(self, tmp_path, grpc_port: int | None = None, http_port: int | None = None):
+        self.grpc_port, self.http_port = grpc_port or free_port(), http_port or free_port()
         self.out = tmp_path / "rotel.out"
-        self._out_file = open(self.out, "wb")  # noqa: SIM115
+        self._out_file = open(self.out, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [
                 ROTEL_AGENT, "start",

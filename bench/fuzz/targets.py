@@ -1,0 +1,189 @@
+"""One atheris fuzz target per parser: fuzzer bytes become a script of syscalls (chunks,
+lost bytes, directions, close) fed through the real connection tracker, stitch, to_spans.
+
+Run one target with `python -m bench.fuzz.targets PARSER -runs=N` (libFuzzer flags after
+the name), or every target with bench/fuzz/run.py. An exception escaping the parser (or
+the tracker around it) is a crash: libFuzzer stops and writes the input to crash-<sha>.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+
+import atheris
+
+from bench.fuzz import TARGETS
+
+with atheris.instrument_imports(include=["otel_ebpf"]):
+    from otel_ebpf.protocols.base import Direction, Role
+    from otel_ebpf.protocols.http1 import HTTP1Parser
+    from otel_ebpf.protocols.http2 import HTTP2Parser
+    from otel_ebpf.protocols.llm import LLMLayer
+    from otel_ebpf.protocols.llm.endpoints import BUILTIN
+    from otel_ebpf.protocols.rtps import RTPSParser
+    from otel_ebpf.protocols.vectordb import CAPTURE_PREFIXES, VectorDBLayer
+
+    import otel_ebpf.conntrack.connection  # noqa: F401  (the tracker around the parser)
+
+# the same seed pieces the CI property tests use, so the fuzzer starts deep in each protocol
+from tests.protocols.conftest import ConnectionDriver, conn_info  # noqa: E402
+from tests.protocols.http1.test_http1_fuzz import EXCHANGES, FRAGMENTS  # noqa: E402
+from tests.protocols.http2.test_http2_fuzz import _fragments as http2_fragments  # noqa: E402
+from tests.protocols.llm.test_llm_fuzz import EVENT_TYPES, VOCABULARY  # noqa: E402
+from tests.protocols.rtps import wire as rtps_wire  # noqa: E402
+from tests.protocols.rtps.test_rtps_fuzz import DATAGRAMS  # noqa: E402
+
+GAPS = (0, 1, 7, 4096, 70_000)  # lost bytes after a chunk (a capture cut short, a lost event)
+MAX_STEPS = 24  # syscalls per input: long enough for pipelining, short enough to stay fast
+
+
+class Totals:
+    """What the run saw, written to $FUZZ_STATS every STATS_EVERY inputs and at the end."""
+
+    STATS_EVERY = 20_000
+
+    def __init__(self, name: str, runs: int) -> None:
+        self.name, self.runs = name, runs
+        self.path = os.environ.get("FUZZ_STATS")
+        self.values = {"inputs": 0, "parse_errors": 0, "gaps": 0, "records": 0, "spans": 0}
+
+    def add(self, driver: ConnectionDriver, spans: int) -> None:
+        v = self.values
+        v["inputs"] += 1
+        v["parse_errors"] += driver.stats.total("parse.errors")
+        v["gaps"] += driver.stats.total("gaps")
+        v["records"] += len(driver.records)
+        v["spans"] += spans
+        if self.path and (v["inputs"] % self.STATS_EVERY == 0 or v["inputs"] == self.runs):
+            with open(self.path, "w") as f:
+                json.dump({"target": self.name, **v}, f)
+
+
+def _chunk(fdp: atheris.FuzzedDataProvider, pieces: list[bytes]) -> bytes:
+    """A known piece (whole or cut), or raw fuzzer bytes."""
+    pick = fdp.ConsumeIntInRange(0, 3)
+    if pick == 0:
+        return fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 256))
+    piece = pieces[fdp.ConsumeIntInRange(0, len(pieces) - 1)]
+    if pick == 1:
+        return piece[: fdp.ConsumeIntInRange(0, len(piece))]
+    return piece
+
+
+def _stream(parser_factory: Callable[[], tuple], pieces: list[bytes]) -> Callable[[bytes], None]:
+    """A target for a stream parser: role, mid-stream start, then chunks both ways."""
+
+    def one(data: bytes, totals: Totals) -> None:
+        fdp = atheris.FuzzedDataProvider(data)
+        parser, layers = parser_factory()
+        role = (Role.CLIENT, Role.SERVER)[fdp.ConsumeIntInRange(0, 1)]
+        driver = ConnectionDriver(parser, conn_info(role), midstream=fdp.ConsumeBool(),
+                                  layers=layers)
+        for _ in range(fdp.ConsumeIntInRange(0, MAX_STEPS)):
+            if fdp.remaining_bytes() == 0:
+                break
+            direction = (Direction.EGRESS, Direction.INGRESS)[fdp.ConsumeIntInRange(0, 1)]
+            captured = _chunk(fdp, pieces)
+            gap = GAPS[fdp.ConsumeIntInRange(0, len(GAPS) - 1)] if fdp.ConsumeProbability() < 0.1 else 0
+            driver.feed(direction, captured, gap)
+            if fdp.ConsumeProbability() < 0.05:  # time passes: response timeouts fire
+                driver.tick(driver.now + 60 * 10**9)
+        if fdp.ConsumeBool():
+            driver.close()
+        spans = driver.spans()
+        totals.add(driver, len(spans))
+
+    return one
+
+
+def _http_pieces(paths: list[str], bodies: list[bytes]) -> list[bytes]:
+    """HTTP/1 heads for the layer's paths, and bodies shaped like its documents."""
+    heads = []
+    for path in paths:
+        heads += [f"POST {path} HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: {n}\r\n\r\n".encode() for n in (0, 40, 400)]
+        heads.append(f"POST {path} HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n".encode())
+    heads += [b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 60\r\n\r\n",
+              b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+              b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n\r\n",
+              b"HTTP/1.1 500 Oops\r\nContent-Length: 2\r\n\r\n{}", b"\r\n", b"0\r\n\r\n", b"1f\r\n"]
+    return heads + bodies + FRAGMENTS
+
+
+def _json_bits() -> list[bytes]:
+    keys = [f'"{k}":'.encode() for k in VOCABULARY]
+    events = [f'"{e}"'.encode() for e in EVENT_TYPES]
+    return keys + events + [b"{", b"}", b"[", b"]", b",", b"data: ", b"\n\n", b"data: [DONE]\n\n",
+                            b'{"model":"m","messages":[{"role":"user","content":"hi"}]}',
+                            b'{"choices":[{"delta":{"content":"x"},"finish_reason":"stop"}]}',
+                            b'{"usage":{"prompt_tokens":3,"completion_tokens":5}}', b"1", b"null"]
+
+
+def _vectordb_paths() -> list[str]:
+    return [p + "docs/query" for p in CAPTURE_PREFIXES if p.endswith("/")] + [
+        "/api/v1/collections/abc/query", "/collections/docs/points/search", "/v1/graphql",
+        "/v1/batch/objects", "/v1/objects/Doc/1", "/v2/vectordb/entities/search",
+        "/api/v2/tenants/t/databases/d/collections/c/add"]
+
+
+def _rtps(data: bytes, totals: Totals) -> None:
+    """Datagrams on three sockets of two processes sharing one parser (discovery is shared)."""
+    fdp = atheris.FuzzedDataProvider(data)
+    parser = RTPSParser({"max_reassemblies": 2, "max_waiting": 4, "max_tracked": 16,
+                         "discovery_max_entries": 2, "pairing_timeout_s": 0.5})
+    sockets = [rtps_wire.Socket(parser, 100), rtps_wire.Socket(parser, 200),
+               rtps_wire.Socket(parser, 100, fd=6)]
+    pieces = DATAGRAMS + [rtps_wire.header(rtps_wire.Participant(1).prefix)]
+    now = 1
+    for _ in range(fdp.ConsumeIntInRange(0, MAX_STEPS)):
+        if fdp.remaining_bytes() == 0:
+            break
+        sock = sockets[fdp.ConsumeIntInRange(0, 2)]
+        now += fdp.ConsumeIntInRange(0, 400_000_000)
+        datagram = _chunk(fdp, pieces)
+        if fdp.ConsumeIntInRange(0, 3) == 0:  # a header, then raw submessages
+            datagram = pieces[-1] + datagram
+        extra = (0, 0, 3000)[fdp.ConsumeIntInRange(0, 2)]
+        captured = (None, None, 40, 100)[fdp.ConsumeIntInRange(0, 3)]
+        feed = sock.send if fdp.ConsumeBool() else sock.recv
+        feed(datagram, now, size=len(datagram) + extra, captured=captured)
+    close = fdp.ConsumeBool()
+    for sock in sockets:
+        sock.close() if close else sock.tick(now + 10**10)
+    for sock in sockets:
+        parser.counters(sock.driver.state)
+        totals.add(sock.driver, len(sock.spans()))
+
+
+def _parsers() -> dict[str, Callable]:
+    json_bits = _json_bits()
+    http2 = HTTP2Parser({"capture_headers": True, "max_streams": 4})
+    http1 = HTTP1Parser({"capture_headers": True})
+    llm_paths = sorted(BUILTIN)
+    return {
+        "http1": _stream(lambda: (http1, ()), FRAGMENTS + [b for ex in EXCHANGES for b in ex]),
+        "http2": _stream(lambda: (http2, ()), http2_fragments()),
+        # layers read bodies inside HTTP/1 messages: fuzz them through the real HTTP parser
+        "llm": _stream(lambda: (HTTP1Parser(), (LLMLayer({"capture_content": True}),)),
+                       _http_pieces(llm_paths, json_bits)),
+        "vectordb": _stream(lambda: (HTTP1Parser(), (VectorDBLayer(),)),
+                            _http_pieces(_vectordb_paths(), json_bits)),
+        "rtps": _rtps,
+    }
+
+
+def main() -> None:
+    name = sys.argv[1] if len(sys.argv) > 1 else ""
+    if name not in TARGETS:
+        sys.exit(f"usage: python -m bench.fuzz.targets {{{'|'.join(TARGETS)}}} [libFuzzer flags]")
+    runs = next((int(a.split("=", 1)[1]) for a in sys.argv if a.startswith("-runs=")), -1)
+    target, totals = _parsers()[name], Totals(name, runs)
+    atheris.Setup([sys.argv[0], *sys.argv[2:]], lambda data: target(data, totals))
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()
