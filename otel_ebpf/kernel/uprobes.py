@@ -26,7 +26,15 @@ def file_offsets(path: str, names: tuple[str, ...], tables: tuple[str, ...] = ("
             section = elf.get_section_by_name(table)
             if section is None:
                 continue
-            for sym in section.iter_symbols():
+            # a versioned library (libibverbs) exports a name twice: the default version
+            # and hidden compat ones (ibv_create_qp@IBVERBS_1.0), which programs built
+            # today never call; the compat entry may come first in .dynsym
+            versions = elf.get_section_by_name(".gnu.version") if table == ".dynsym" else None
+            for index, sym in enumerate(section.iter_symbols()):
+                if versions is not None and sym.name in wanted:
+                    ndx = versions.get_symbol(index).entry["ndx"]
+                    if isinstance(ndx, int) and ndx & 0x8000:  # VERSYM_HIDDEN
+                        continue
                 if (sym.name in wanted and sym.name not in out
                         and sym["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC")
                         and sym["st_value"]):
