@@ -10,6 +10,7 @@ import ipaddress
 import socket
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from otel_ebpf.protocols.base import Direction, Role
 
@@ -61,8 +62,10 @@ def format_addr(raw: bytes, family: int) -> str:
     return ""
 
 
-@dataclass(frozen=True, slots=True)
-class ConnOpen:
+# The three events that come by the thousand per second are named tuples: as immutable as
+# frozen dataclasses, built ~3x faster (a frozen dataclass sets each field through
+# object.__setattr__), which was a tenth of the agent's time under load.
+class ConnOpen(NamedTuple):
     key: tuple[int, int, int]  # (pid, fd, gen)
     ts_ns: int
     tid: int
@@ -76,16 +79,14 @@ class ConnOpen:
     comm: str
 
 
-@dataclass(frozen=True, slots=True)
-class ConnClose:
+class ConnClose(NamedTuple):
     key: tuple[int, int, int]
     ts_ns: int
     bytes_sent: int
     bytes_recv: int
 
 
-@dataclass(frozen=True, slots=True)
-class DataEvent:
+class DataEvent(NamedTuple):
     key: tuple[int, int, int]
     tid: int
     enter_ns: int

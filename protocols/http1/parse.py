@@ -400,7 +400,8 @@ def _response_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) ->
         return NEED, None, end
     sent = state.sent.popleft() if state.sent else _UNKNOWN_REQUEST
     state.answered = max(state.answered, sent.index)
-    state.switch_pending = any(r.switch for r in state.sent)
+    if state.switch_pending:  # rare: only then can the answer have changed it
+        state.switch_pending = any(r.switch for r in state.sent)
     declared, length = _transfer(head)
     body = _response_body(status, sent.method, declared)
     response = HTTPResponse(
