@@ -80,12 +80,11 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.agent_process import START_TIMEOUT_S, VENV_BIN, AgentProcess, proc_cpu_s  # noqa: E402
 from bench.side_by_side import publish  # noqa: E402
 
-VENV_BIN = Path(sys.executable).parent
 CAPACITY = REPO / "bench" / "capacity"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-AGENT_START_TIMEOUT_S = 60.0
 AGENT_STOP_TIMEOUT_S = 90.0
 PEER_START_TIMEOUT_S = 30.0
 SETTLE_S = 1.0
@@ -95,13 +94,6 @@ SSE_EVENTS_PER_STREAM = SSE_TOKENS + 3  # role chunk, 32 content chunks, finish,
 
 
 # --- processes -----------------------------------------------------------------------------
-
-def proc_cpu_s(pid: int) -> float:
-    """utime + stime of process `pid` (all its threads), in seconds."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of proc(5)
-
 
 def cpu_busy_s(cpu: int) -> float:
     """Seconds CPU `cpu` has not been idle (/proc/stat: all but idle and iowait)."""
@@ -137,13 +129,6 @@ def busiest_others(before: dict, after: dict, mine: set[int], window_s: float
         if pid not in mine and used > 0.02 * window_s:
             rows.append((used, f"{comm} (pid {pid}, CPU {last_cpu}) {pct(used, window_s):.0f} %"))
     return [text for _, text in sorted(rows, reverse=True)[:3]]
-
-
-def proc_status_kib(pid: int, key: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    return 0
 
 
 def bpf_memlock_kib(pid: int) -> int:
@@ -240,57 +225,14 @@ def agent_config(workdir: Path, ports: list[int], max_connections: int) -> str:
     })
 
 
-class Agent:
+class Agent(AgentProcess):
     """The real agent on its own core, started with a generated config; waits for ready."""
 
     def __init__(self, workdir: Path, ports: list[int], cpu: int,
                  max_connections: int = 65536) -> None:
         self.traces = workdir / "traces.jsonl"
-        self.err_path = workdir / "agent.err"
-        cfg = workdir / "agent.yaml"
-        cfg.write_text(agent_config(workdir, ports, max_connections))
-        with self.err_path.open("w") as err:
-            self.proc = subprocess.Popen(
-                ["taskset", "-c", str(cpu), str(VENV_BIN / "otel-ebpf"), "run", "-c", str(cfg)],
-                stdout=subprocess.DEVNULL, stderr=err, cwd=workdir)
-        self.pid = self.proc.pid  # taskset execs the agent: same process
-        self.exit_code: int | None = None
-        deadline = time.monotonic() + AGENT_START_TIMEOUT_S
-        while "otel-ebpf ready" not in self.stderr:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"agent did not start (exit {self.proc.returncode}):\n"
-                                   f"{self.stderr[-2000:]}")
-            time.sleep(0.1)
-
-    @property
-    def stderr(self) -> str:
-        return self.err_path.read_text(errors="replace")
-
-    def cpu_s(self) -> float:
-        return proc_cpu_s(self.pid)
-
-    def rss_kib(self) -> int:
-        return proc_status_kib(self.pid, "VmRSS")
-
-    def hwm_kib(self) -> int:
-        return proc_status_kib(self.pid, "VmHWM")
-
-    def stop(self) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(AGENT_STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.exit_code = self.proc.returncode
-        return self.exit_code
-
-    def summary(self) -> dict[str, int]:
-        """otel_ebpf.* totals from the exit summary table on stderr."""
-        return {m[1]: int(m[2]) for m in
-                re.finditer(r"otel_ebpf\.([a-z_.]+)\s*\S\s*(\d+)", self.stderr)}
+        super().__init__(workdir, agent_config(workdir, ports, max_connections), cpu,
+                         stop_timeout_s=AGENT_STOP_TIMEOUT_S)
 
 
 class SpanCounter:
@@ -459,7 +401,7 @@ def http_step(rate: float, args, exe: Path, profile: bool = False) -> Step:
     with tempfile.TemporaryDirectory(prefix="capacity-http-") as tmp:
         workdir = Path(tmp)
         port = free_port()
-        max_s = args.seconds + AGENT_START_TIMEOUT_S + AGENT_STOP_TIMEOUT_S + 60
+        max_s = args.seconds + START_TIMEOUT_S + AGENT_STOP_TIMEOUT_S + 60
         server = subprocess.Popen([str(exe), "server", str(port), str(max_s)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         agent = None

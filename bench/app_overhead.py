@@ -74,7 +74,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -90,28 +89,19 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.agent_process import VENV_BIN, AgentProcess, proc_cpu_s  # noqa: E402
 from bench.side_by_side import publish  # noqa: E402
 from tests.integration.conftest import read_metrics, wait_port  # noqa: E402
 from tests.support.processes import stop_process  # noqa: E402
 from tests.support.rotel import free_port  # noqa: E402
 
-VENV_BIN = Path(sys.executable).parent
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 MODES = ("untraced", "otel-ebpf", "otel-sdk")
 APP = "bench.apps.fastapi_app:app"
 GENERATOR = REPO / "bench/apps/open_loop.py"
 LOAD_CORE, APP_CORE = "0", "1"
 LOAD_RT_PRIORITY = "10"  # SCHED_FIFO for the load generators (chrt -f)
-AGENT_START_TIMEOUT_S = 60.0
 AGENT_SETTLE_S = 2.0
 KIND_NAMES = {1: "INTERNAL", 2: "SERVER", 3: "CLIENT"}
-
-
-def proc_cpu_s(pid: int) -> float:
-    """utime + stime of process `pid` (all its threads), in seconds."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of proc(5)
 
 
 def count_spans(path: Path) -> Counter:
@@ -143,45 +133,13 @@ def agent_config(traces: Path, metrics: Path, port: int) -> str:
     })
 
 
-class Agent:
+class Agent(AgentProcess):
     """The real agent, pinned to the load core, selecting the app's port."""
 
     def __init__(self, workdir: Path, port: int) -> None:
         self.traces = workdir / "agent-traces.jsonl"
         self.metrics = workdir / "agent-metrics.jsonl"
-        self.err_path = workdir / "agent.err"
-        cfg = workdir / "agent.yaml"
-        cfg.write_text(agent_config(self.traces, self.metrics, port))
-        with self.err_path.open("w") as err:
-            self.proc = subprocess.Popen(
-                ["taskset", "-c", LOAD_CORE, str(VENV_BIN / "otel-ebpf"), "run", "-c", str(cfg)],
-                stdout=subprocess.DEVNULL, stderr=err, cwd=workdir)
-        deadline = time.monotonic() + AGENT_START_TIMEOUT_S
-        while "otel-ebpf ready" not in self.stderr:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"agent did not start (exit {self.proc.returncode}):\n"
-                                   f"{self.stderr[-2000:]}")
-            time.sleep(0.1)
-
-    @property
-    def stderr(self) -> str:
-        return self.err_path.read_text(errors="replace")
-
-    def stop(self, timeout_s: float = 60.0) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        return self.proc.returncode
-
-    def summary(self) -> dict[str, int]:
-        """otel_ebpf.* totals from the exit summary table on stderr."""
-        return {m[1]: int(m[2]) for m in
-                re.finditer(r"otel_ebpf\.([a-z_.]+)\s*\S\s*(\d+)", self.stderr)}
+        super().__init__(workdir, agent_config(self.traces, self.metrics, port), LOAD_CORE)
 
 
 @dataclass

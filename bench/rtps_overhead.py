@@ -31,7 +31,6 @@ import json
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
@@ -45,20 +44,11 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.agent_process import AgentProcess, proc_cpu_s  # noqa: E402
 from tests.integration.conftest import read_spans  # noqa: E402
 from tests.integration.peers.dds_peer import discovery_ports, peer_env, pick_domain  # noqa: E402
 
-VENV_BIN = Path(sys.executable).parent
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-AGENT_START_TIMEOUT_S = 60.0
 PEER_READY_TIMEOUT_S = 30.0
-
-
-def proc_cpu_s(pid: int) -> float:
-    """utime + stime of process `pid` (all its threads), in seconds."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of proc(5)
 
 
 @dataclass
@@ -120,41 +110,11 @@ def agent_config(traces: Path, ports: list[int], capture: int, poll: str,
     })
 
 
-class Agent:
+class Agent(AgentProcess):
     def __init__(self, workdir: Path, ports: list[int], args, protocols: list[str]) -> None:
         self.traces = workdir / "traces.jsonl"
-        self.err_path = workdir / "agent.err"
-        cfg = workdir / "agent.yaml"
-        cfg.write_text(agent_config(self.traces, ports, args.capture, args.poll, protocols))
-        with self.err_path.open("w") as err:
-            self.proc = subprocess.Popen([str(VENV_BIN / "otel-ebpf"), "run", "-c", str(cfg)],
-                                         stdout=subprocess.DEVNULL, stderr=err, cwd=workdir)
-        deadline = time.monotonic() + AGENT_START_TIMEOUT_S
-        while "otel-ebpf ready" not in self.stderr:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"agent did not start (exit {self.proc.returncode}):\n"
-                                   f"{self.stderr[-2000:]}")
-            time.sleep(0.1)
-
-    @property
-    def stderr(self) -> str:
-        return self.err_path.read_text(errors="replace")
-
-    def stop(self, timeout_s: float = 30.0) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        return self.proc.returncode
-
-    def summary(self) -> dict[str, int]:
-        """otel_ebpf.* totals from the exit summary table on stderr."""
-        return {m[1]: int(m[2]) for m in
-                re.finditer(r"otel_ebpf\.([a-z_.]+)\s*\S\s*(\d+)", self.stderr)}
+        super().__init__(workdir, agent_config(self.traces, ports, args.capture, args.poll,
+                                               protocols), stop_timeout_s=30.0)
 
 
 @dataclass
