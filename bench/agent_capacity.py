@@ -131,6 +131,17 @@ def busiest_others(before: dict, after: dict, mine: set[int], window_s: float
     return [text for _, text in sorted(rows, reverse=True)[:3]]
 
 
+def bpf_mapped_rss_kib(pid: int) -> int:
+    """Resident kB of the BPF maps process `pid` has mapped (/proc/PID/smaps), part of VmRSS."""
+    total, in_bpf = 0, False
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        if line[:1] in "0123456789abcdef" and "-" in line.split(" ", 1)[0]:
+            in_bpf = line.rstrip().endswith("anon_inode:bpf-map")
+        elif in_bpf and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
 def bpf_memlock_kib(pid: int) -> int:
     """Sum of memlock over the BPF maps process `pid` holds open (kernel memory)."""
     total = 0
@@ -514,6 +525,7 @@ def idle_part(args, exe: Path) -> list[str]:
             time.sleep(2.0)
             memlock = bpf_memlock_kib(agent.pid)
             rows.append(("agent ready, no load", agent.rss_kib(), agent.hwm_kib(), ""))
+            ring_kib = bpf_mapped_rss_kib(agent.pid)
             for rnd in range(1, args.idle_rounds + 1):
                 tag = f"round {rnd}: " if args.idle_rounds > 1 else ""
                 a0 = agent.cpu_s()
@@ -562,8 +574,10 @@ def idle_part(args, exe: Path) -> list[str]:
     ]
     for label, rss, hwm, note in rows:
         lines.append(f"| {label} | {rss / 1024:.1f} | {hwm / 1024:.1f} | {note} |")
-    lines += ["", f"Kernel side: the agent's BPF maps hold {memlock / 1024:.1f} MiB (memlock, "
-              f"not in RSS), sized for connections.max = {max(65536, 4 * n)}. Exit totals: "
+    lines += ["", f"Of the VmRSS, {ring_kib / 1024:.1f} MiB are BPF map pages mapped into the "
+              "agent (the ring buffer's data pages, mapped twice so records can wrap: kernel "
+              "memory the kernel maps whole at mmap time, not the agent's heap). Kernel side: "
+              f"the agent's BPF maps hold {memlock / 1024:.1f} MiB (memlock), sized for connections.max = {max(65536, 4 * n)}. Exit totals: "
               f"connections.tracked {totals.get('connections.tracked', 'n/a')}, "
               f"connections.evicted {totals.get('connections.evicted', 'n/a')}, "
               f"kernel.drops {totals.get('kernel.drops', 'n/a')}, spans.produced "
