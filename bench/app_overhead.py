@@ -25,7 +25,10 @@ so that no mode always follows the same one (untraced always runs):
              timeout 1s; spans to the file exporter in a temp folder, its own metrics (every
              1 s) to a second file; every other setting the default (asyncio task probes and
              OpenSSL probes on). OTEL_EBPF_* variables in the environment reach the agent
-             (e.g. OTEL_EBPF_RECEIVERS_EBPF_CORRELATION_ASYNCIO_TASKS=false).
+             (e.g. OTEL_EBPF_RECEIVERS_EBPF_CAPTURE_MAX_BYTES=1024).
+  otel-ebpf-no-tasks  the same with correlation.asyncio_tasks: false: no uprobes on
+             CPython's task steps and Context.run (they cost the app a trap per call; they
+             are what joins an asyncio service's outbound calls to its requests).
   otel-sdk   the app instruments itself (OTEL_BENCH_SDK_TRACES): FastAPIInstrumentor with a
              TracerProvider, a BatchSpanProcessor (1 s delay) and the same kind of sink, the
              repository's OTLP/JSON file exporter (otel_ebpf/export/file.py), in the app's
@@ -95,7 +98,9 @@ from tests.integration.conftest import read_metrics, wait_port  # noqa: E402
 from tests.support.processes import stop_process  # noqa: E402
 from tests.support.rotel import free_port  # noqa: E402
 
-MODES = ("untraced", "otel-ebpf", "otel-sdk")
+MODES = ("untraced", "otel-ebpf", "otel-ebpf-no-tasks", "otel-sdk")
+# traced modes: the agent settings each changes from the defaults
+AGENT_MODES = {"otel-ebpf": {}, "otel-ebpf-no-tasks": {"correlation": {"asyncio_tasks": False}}}
 APP = "bench.apps.fastapi_app:app"
 GENERATOR = REPO / "bench/apps/open_loop.py"
 LOAD_CORE, APP_CORE = "0", "1"
@@ -117,9 +122,9 @@ def count_spans(path: Path) -> Counter:
     return kinds
 
 
-def agent_config(traces: Path, metrics: Path, port: int) -> str:
+def agent_config(traces: Path, metrics: Path, port: int, settings: dict) -> str:
     return yaml.safe_dump({
-        "receivers": {"ebpf": {"targets": {"ports": [port]}}},
+        "receivers": {"ebpf": {"targets": {"ports": [port]}, **settings}},
         "processors": {"batch": {"timeout": "1s"}},
         "exporters": {"file": {"path": str(traces)}, "file/metrics": {"path": str(metrics)}},
         "service": {
@@ -136,10 +141,11 @@ def agent_config(traces: Path, metrics: Path, port: int) -> str:
 class Agent(AgentProcess):
     """The real agent, pinned to the load core, selecting the app's port."""
 
-    def __init__(self, workdir: Path, port: int) -> None:
+    def __init__(self, workdir: Path, port: int, settings: dict) -> None:
         self.traces = workdir / "agent-traces.jsonl"
         self.metrics = workdir / "agent-metrics.jsonl"
-        super().__init__(workdir, agent_config(self.traces, self.metrics, port), LOAD_CORE)
+        super().__init__(workdir, agent_config(self.traces, self.metrics, port, settings),
+                         LOAD_CORE)
 
 
 @dataclass
@@ -254,7 +260,7 @@ def run_server(mode: str, args) -> ServerRun:
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="app-bench-") as tmp:
         workdir = Path(tmp)
-        agent = Agent(workdir, port) if mode == "otel-ebpf" else None
+        agent = Agent(workdir, port, AGENT_MODES[mode]) if mode in AGENT_MODES else None
         sink = agent.traces if agent else workdir / "sdk-traces.jsonl"
         server = None
         try:
@@ -301,7 +307,7 @@ def per_round(values: list[float | None]) -> str:
 
 def agent_total(runs: list[ServerRun], key: str, fixed: bool = False) -> str:
     """An agent counter added up over runs: after the fixed rates, or at exit."""
-    if not runs or runs[0].mode != "otel-ebpf":
+    if not runs or runs[0].mode not in AGENT_MODES:
         return "n/a"
     return str(sum((r.fixed_totals if fixed else r.totals).get(key, 0) for r in runs))
 
@@ -371,7 +377,7 @@ def markdown(runs: dict[str, list[ServerRun]], args) -> list[str]:
             "|---|---|---:|---:|---:|---|---:|---:|---:|",
         ]
     for mode in modes[1:]:
-        traced = mode == "otel-ebpf"
+        traced = mode in AGENT_MODES
         mine = runs[mode]
         fixed = sum(r.fixed_requests for r in mine)
         fixed_spans = sum(r.fixed_server_spans for r in mine)
@@ -397,12 +403,12 @@ def markdown(runs: dict[str, list[ServerRun]], args) -> list[str]:
     for mode in modes[1:]:
         share = rps[mode] / base_rps
         target = (f" (target ≥ 95 %: {'met' if share >= 0.95 else 'not met'})"
-                  if mode == "otel-ebpf" else "")
+                  if mode in AGENT_MODES else "")
         lines.append(f"- Max throughput with {mode}: {100 * share:.1f} % of untraced{target}.")
     if overrides := [k for k in sorted(os.environ) if k.startswith("OTEL_EBPF_")]:
         lines.append(f"- Agent settings from the environment: {', '.join(overrides)} "
                      "(values in the command above).")
-    exits = sorted({r.agent_exit for r in runs.get("otel-ebpf", [])}, key=str)
+    exits = sorted({r.agent_exit for m in AGENT_MODES for r in runs.get(m, [])}, key=str)
     lines.append(f"- Service: one uvicorn worker pinned to core 1; generators, wrk and the agent "
                  f"pinned to core 0 ({os.cpu_count()} CPUs here), the load at {load}; "
                  f"agent exits: {exits or 'n/a'}.")
