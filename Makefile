@@ -8,7 +8,7 @@ VENV := .venv
 CHROMA_VENV := .venv-chroma
 CHROMADB := chromadb==1.5.9
 PY := $(VENV)/bin/python
-APT_PACKAGES := clang llvm binutils libbpf-dev libbpf1 bpftool libelf-dev libelf1 libssl-dev make curl libcap2-bin util-linux python3-venv wrk
+APT_PACKAGES := clang llvm binutils libbpf-dev libbpf1 bpftool libelf-dev libelf1 libssl-dev make curl libcap2-bin util-linux python3-venv wrk libibverbs-dev
 CONFIG ?= config/default.yaml
 PYTEST_ARGS ?=
 

@@ -20,11 +20,14 @@ from otel_ebpf.export.factory import (
 )
 from otel_ebpf.export.pipeline import MetricsPipeline, TracePipeline
 from otel_ebpf.export.span_metrics import SpanMetrics, gather_instruments
+from otel_ebpf.gpu.monitor import GpuMonitor, start_gpu_monitor
 from otel_ebpf.kernel.abi import ConnOpen, ProcessExec, ProcessExit
 from otel_ebpf.kernel.libbpf import LibbpfLog
 from otel_ebpf.kernel.socket_tracer import CaptureSettings, SocketTracer
 from otel_ebpf.protocols.registry import Registry
+from otel_ebpf.profiling.links import ActiveSpans, ServerThreads
 from otel_ebpf.spans.clock import KernelClock
+from otel_ebpf.spans.redact import QueryRedactor
 from otel_ebpf.spans.resources import ProcessResources
 from otel_ebpf.telemetry import Stats
 
@@ -32,6 +35,7 @@ log = logging.getLogger("otel_ebpf")
 
 READY_LINE = "otel-ebpf ready"
 SWEEP_INTERVAL_S = 1.0
+DROP_WARN_INTERVAL_S = 10.0
 
 
 def capture_settings(cfg: Config, wide_prefixes: tuple[str, ...] = ()) -> CaptureSettings:
@@ -93,11 +97,22 @@ class Agent:
         # file exporters take that), shut down by self.metrics alone
         instruments = gather_instruments(
             [*self.registry.parsers, *getattr(self.registry, "layers", ())])
+        self.redact_query = QueryRedactor(r.redact_query_params)
         self.span_metrics = SpanMetrics(metric_exporters, instruments, self.resources,
                                         self.stats, cfg.telemetry.metrics_interval_s)
         self.libbpf_log = LibbpfLog()
         self.tracer: SocketTracer | None = None
+        # CPU profiles, when a profiles pipeline exists: samples link to the server spans
+        # their threads were serving (docs/profiling.md)
+        self.profiler = None
+        self.server_threads = ServerThreads(ActiveSpans()) if any(
+            p.signal == "profiles" for p in cfg.pipelines.values()) else None
         self._primed: set[int] = set()
+        # GPU memory (receivers.ebpf.gpu): its metrics go to the metrics pipeline's exporters
+        self._metric_exporters = metric_exporters
+        self.gpu: GpuMonitor | None = None
+        self.rdma = None  # RDMA ports, verbs and NCCL (receivers.ebpf.rdma), same exporters
+        self._drops_warned, self._drops_warned_at = 0, float("-inf")
 
     def stop(self, *_: object) -> None:
         self._stop.set()
@@ -120,7 +135,42 @@ class Agent:
         log.info("attached %d programs; parsers: %s; layers over HTTP: %s",
                  self.tracer.programs, ", ".join(p.name for p in self.registry.parsers),
                  ", ".join(layer.name for layer in self.registry.layers) or "none")
+        if self.cfg.receiver.gpu_enabled:
+            self.gpu = start_gpu_monitor(self.cfg, self.libbpf_log, self._metric_exporters,
+                                         self.resources, self.stats)
+        if self.server_threads is not None:
+            self._start_profiler()
+        if self.cfg.receiver.rdma_enabled:
+            self._start_rdma()
         print(READY_LINE, file=sys.stderr, flush=True)
+
+    def _start_rdma(self) -> None:
+        from otel_ebpf.rdma import RdmaReceiver, RdmaSettings  # noqa: PLC0415
+        r = self.cfg.receiver
+        self.rdma = RdmaReceiver(RdmaSettings(r.rdma_sysfs_root, r.rdma_interval_s),
+                                 self._metric_exporters, self.resources, self.stats,
+                                 self.libbpf_log)
+        self.rdma.start()
+
+    def _start_profiler(self) -> None:
+        from otel_ebpf.export.profile_exporters import build_profile_exporters  # noqa: PLC0415
+        from otel_ebpf.kernel.socket_tracer import matching_pids  # noqa: PLC0415
+        from otel_ebpf.profiling.profiler import CpuProfiler, ProfilerSettings  # noqa: PLC0415
+        r = self.cfg.receiver
+        exporters, off = build_profile_exporters(self.cfg.exporters_for("profiles"))
+        for line in off:
+            log.info("%s", line)
+        names = r.targets.process_names
+        pids = tuple(sorted(set(r.targets.pids) | (matching_pids(names) if names else set())))
+        self.profiler = CpuProfiler(
+            ProfilerSettings(frequency=r.profiling_frequency, interval_s=r.profiling_interval_s,
+                             link_delay_s=r.correlation_window_s + 1.0, pids=pids,
+                             process_names=names),
+            exporters, self.libbpf_log, resources=self.resources.get,
+            to_wall=self.clock.to_wall, stats=self.stats, spans=self.server_threads.spans)
+        self.profiler.start()
+        log.info("CPU profiling at %d Hz to %s", r.profiling_frequency,
+                 ", ".join(exporters) or "no exporter")
 
     def run(self) -> None:
         assert self.tracer is not None, "start() first"
@@ -151,6 +201,8 @@ class Agent:
             self.tracer.mute(self.table.to_mute)
             self.table.to_mute.clear()
         self.correlator.observe(self.table.observed)
+        if self.server_threads is not None:
+            self.server_threads.observe(self.table.observed)
         self.table.observed.clear()
         return self.correlator.on_spans(spans)
 
@@ -180,7 +232,11 @@ class Agent:
         timed_out = sum(1 for s in spans if s.attributes.get("error.type") == "timeout")
         if timed_out:
             self.stats.add("records.timed_out", timed_out)
+        if self.redact_query:  # before any exporter (or span metric) sees a URL
+            self.redact_query.apply(spans)
         self.traces.submit(spans)
+        if self.server_threads is not None:
+            self.server_threads.emitted(spans)
         self.span_metrics.record(spans)
 
     def _update_kernel_counters(self) -> None:
@@ -188,13 +244,37 @@ class Agent:
         counters = self.tracer.kernel_counters()
         for cpu, n in enumerate(counters["ringbuf_drops"]):
             self.stats.set_total("kernel.drops", n, cpu=str(cpu))
+        self._warn_drops(counters["ringbuf_drops"])
         self.stats.set_total("kernel.truncations", sum(counters["truncated"]))
         self.stats.set_total("kernel.widened", sum(counters["widened"]))
         self.stats.set_total("kernel.muted", sum(counters["muted"]))
         self.stats.set_total("tls.unbound", sum(counters["tls_unbound"]))
         self.stats.set_total("tls.uncovered", len(self.tracer.ssl.static_uncovered))
 
+    def _warn_drops(self, per_cpu: list[int]) -> None:
+        """A log line when the kernel dropped events since the last one (at most one per
+        DROP_WARN_INTERVAL_S): the metric alone goes unseen when nobody graphs it."""
+        total = sum(per_cpu)
+        now = time.monotonic()
+        if total <= self._drops_warned or now - self._drops_warned_at < DROP_WARN_INTERVAL_S:
+            return
+        by_cpu = ", ".join(f"cpu{cpu}={n}" for cpu, n in enumerate(per_cpu) if n)
+        log.warning("kernel ring buffer full: %d events dropped (%d in all: %s); raise "
+                    "receivers.ebpf.ring_buffer.size_mib or lower its poll_interval",
+                    total - self._drops_warned, total, by_cpu)
+        self._drops_warned, self._drops_warned_at = total, now
+
     def shutdown(self) -> None:
+        if self.profiler is not None:
+            self.profiler.stop()
+            self.profiler.close()
+            self.profiler = None
+        if self.gpu is not None:  # before the metric exporters it borrows shut down
+            self.gpu.shutdown()
+            self.gpu = None
+        if self.rdma is not None:  # likewise
+            self.rdma.shutdown()
+            self.rdma = None
         if self.tracer is not None:
             self._update_kernel_counters()
             self.tracer.close()

@@ -43,7 +43,7 @@ ENV_REQUIRE_BPF = "OTEL_EBPF_REQUIRE_BPF"  # tests: fail instead of skip without
 ENV_BPF_DIR = "OTEL_EBPF_BPF_DIR"  # where the compiled .bpf.o files are
 RESERVED_ENV = frozenset({ENV_CONFIG, ENV_REQUIRE_BPF, ENV_BPF_DIR})
 
-SIGNALS = ("traces", "metrics")
+SIGNALS = ("traces", "metrics", "profiles")
 
 
 class ConfigError(Exception):
@@ -506,6 +506,29 @@ _RECEIVER = _Map(
             }
         ),
         "tls": _Map({"openssl": _Bool(True)}),
+        # CPU profiles (a `profiles` pipeline turns them on): samples per second per CPU,
+        # and how often a profile is cut and exported
+        "profiling": _Map({
+            "frequency": _Int(1, 999, 19),
+            "interval": _Duration("1s", "1h", "10s"),
+        }),
+        # RDMA port counters (sysfs) and verbs/NCCL uprobes, exported as metrics (docs/rdma.md)
+        "rdma": _Map({
+            "enabled": _Bool(False),
+            "sysfs_root": _Str("/sys", expected="a directory path"),
+            "interval": _Duration("100ms", "1h", "10s"),
+        }),
+        # GPU memory from CUDA driver uprobes: profiles and metrics (docs/gpu.md)
+        "gpu": _Map({
+            "enabled": _Bool(False),
+            "scan_interval": _Duration("100ms", "1h", "2s"),
+            "libraries": _List(_Str(expected="a file path"), "a list of libcuda file paths"),
+        }),
+        "redaction": _Map({
+            # query parameters whose values become REDACTED in url.query/url.full ("*": all)
+            "query_params": _List(_Str(expected="a query parameter name or *"),
+                                  "a list of query parameter names (or *)"),
+        }),
         "protocols": _Map(
             {
                 "enabled": _List(
@@ -635,6 +658,9 @@ EXPORTER_SCHEMAS: dict[str, _Map] = {
     ),
     "file": _Map({"path": _Str(expected="a file path")}),
     "debug": _Map({"verbosity": _Choice(("basic", "normal", "detailed"), "basic")}),
+    # profiles only: one gzipped pprof file, or one folded-stacks file, per interval
+    "pprof": _Map({"path": _Str(expected="a directory path")}),
+    "folded": _Map({"path": _Str(expected="a directory path")}),
 }
 _INSTANCE_NAME = re.compile(r"([a-z]+)(?:/[A-Za-z0-9_-]+)?")
 
@@ -653,7 +679,9 @@ _PIPELINE = _Map(
         ),
     }
 )
-_PIPELINE_NAME = re.compile(r"(?:traces|metrics)(?:/[A-Za-z0-9_-]+)?")
+_PIPELINE_NAME = re.compile(r"(?:traces|metrics|profiles)(?:/[A-Za-z0-9_-]+)?")
+# exporter types each signal can use (otlphttp has no profiles endpoint here)
+_PROFILE_EXPORTERS = ("otlp", "pprof", "folded")
 
 # What `exporters:` and `service.pipelines:` are when the file leaves them out; the same
 # as config/default.yaml (a unit test holds the two together).
@@ -696,6 +724,19 @@ def _check_pipelines(tree: dict, path: tuple, ctx: _Ctx) -> None:
                 if ref in seen:
                     ctx.fail(at, f"each of the {kind} at most once", f"{ref!r} again")
                 seen.add(ref)
+        signal = name.split("/")[0]
+        for i, ref in enumerate(pipe["exporters"]):
+            kind = ref.split("/")[0]
+            if (signal == "profiles") != (kind in _PROFILE_EXPORTERS[1:]) and kind != "otlp":
+                ctx.fail(where + (name, "exporters", i),
+                         f"an exporter of type {' or '.join(_PROFILE_EXPORTERS)}"
+                         if signal == "profiles" else
+                         f"an exporter for {signal} (pprof and folded write profiles only)",
+                         _show(ref))
+        if signal == "profiles" and "ebpf" not in pipe["receivers"]:
+            ctx.fail(where + (name, "receivers"),
+                     "a list that includes ebpf, the receiver profiles come from",
+                     _show(pipe["receivers"]))
         if name.split("/")[0] == "traces" and "ebpf" not in pipe["receivers"]:
             ctx.fail(
                 where + (name, "receivers"),
@@ -734,7 +775,7 @@ _SCHEMA = _Map(
             {
                 "pipelines": _Named(
                     lambda key: _PIPELINE if _PIPELINE_NAME.fullmatch(key) else None,
-                    "a pipeline named traces, metrics, traces/<name> or metrics/<name>",
+                    "a pipeline named traces, metrics or profiles, or <one of those>/<name>",
                     DEFAULT_PIPELINES,
                 ),
                 "telemetry": _TELEMETRY,
@@ -1015,6 +1056,15 @@ class EbpfReceiver:
     correlation_headers: tuple[str, ...] = tuple(_D["correlation"]["headers"])
     correlation_asyncio_tasks: bool = _D["correlation"]["asyncio_tasks"]
     tls_openssl: bool = _D["tls"]["openssl"]
+    profiling_frequency: int = _D["profiling"]["frequency"]
+    profiling_interval_s: float = _D["profiling"]["interval"]
+    rdma_enabled: bool = _D["rdma"]["enabled"]
+    rdma_sysfs_root: str = _D["rdma"]["sysfs_root"]
+    rdma_interval_s: float = _D["rdma"]["interval"]
+    gpu_enabled: bool = _D["gpu"]["enabled"]
+    gpu_scan_interval_s: float = _D["gpu"]["scan_interval"]
+    gpu_libraries: tuple[str, ...] = tuple(_D["gpu"]["libraries"])
+    redact_query_params: tuple[str, ...] = tuple(_D["redaction"]["query_params"])
     protocols_enabled: tuple[str, ...] = tuple(_D["protocols"]["enabled"])
     # parser name -> its options; http1's as {response_timeout_s, capture_headers, ...}
     protocol_options: dict[str, dict] = field(
@@ -1044,7 +1094,7 @@ class ExporterConfig:
 @dataclass(frozen=True, slots=True)
 class Pipeline:
     name: str  # "traces", "metrics/x"
-    signal: str  # traces | metrics
+    signal: str  # traces | metrics | profiles
     receivers: tuple[str, ...]
     processors: tuple[str, ...]
     exporters: tuple[str, ...]
@@ -1097,6 +1147,15 @@ def _build(tree: dict) -> Config:
             correlation_headers=tuple(h.lower() for h in e["correlation"]["headers"]),
             correlation_asyncio_tasks=e["correlation"]["asyncio_tasks"],
             tls_openssl=e["tls"]["openssl"],
+            profiling_frequency=e["profiling"]["frequency"],
+            profiling_interval_s=e["profiling"]["interval"],
+            rdma_enabled=e["rdma"]["enabled"],
+            rdma_sysfs_root=e["rdma"]["sysfs_root"],
+            rdma_interval_s=e["rdma"]["interval"],
+            gpu_enabled=e["gpu"]["enabled"],
+            gpu_scan_interval_s=e["gpu"]["scan_interval"],
+            gpu_libraries=tuple(e["gpu"]["libraries"]),
+            redact_query_params=tuple(e["redaction"]["query_params"]),
             protocols_enabled=tuple(e["protocols"]["enabled"]),
             protocol_options=_protocol_options(e["protocols"]),
         ),

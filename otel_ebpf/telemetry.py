@@ -34,10 +34,25 @@ COUNTERS: dict[str, tuple[str, str]] = {
     "spans.exported": ("{span}", "Spans an exporter delivered"),
     "spans.failed": ("{span}", "Spans an exporter gave up on after retries"),
     "spans.dropped": ("{span}", "Spans dropped because an export queue was full"),
+    "profiles.samples": ("{sample}", "CPU samples received from the kernel"),
+    "profiles.samples_dropped": ("{sample}", "CPU samples dropped: too many waiting for export"),
+    "profiles.python_walk_failed": ("{sample}", "Samples of Python processes whose Python "
+                                    "frames could not be read"),
+    "profiles.exported": ("{sample}", "CPU samples a profile exporter delivered, by exporter"),
+    "profiles.export_failed": ("{sample}", "CPU samples a profile exporter failed to deliver"),
     "metrics.measurements_dropped": ("{measurement}", "Span measurements not recorded, by reason "
                                      "(undeclared_instrument, invalid_value, series_limit)"),
     "metrics.exports_failed": ("{export}", "Span-metric exports that failed, timed out or were "
                                "skipped (exporter still busy), by exporter and reason"),
+    "rdma.counter_resets": ("{reset}", "RDMA port counters seen going back (driver reload, "
+                            "counter reset): the exported sums counted on from the new value"),
+    "rdma.lost": ("{call}", "Verbs or NCCL calls the RDMA probes could not record, by reason "
+                  "(ring_drops, nccl_full, pending_full)"),
+    "gpu.events": ("{event}", "CUDA driver allocations and frees received from the kernel"),
+    "gpu.frees.unmatched": ("{free}", "GPU frees of pointers whose allocation was not seen "
+                            "(made before the agent started)"),
+    "gpu.kernel.drops": ("{event}", "GPU allocation/free records lost: ring buffer full"),
+    "gpu.libraries": ("{file}", "libcuda files the GPU probes are attached to"),
 }
 
 

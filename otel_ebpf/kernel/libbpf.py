@@ -68,6 +68,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "bpf_map_update_elem": (c_int, [c_int, c_void_p, c_void_p, ctypes.c_uint64]),
     "bpf_map_lookup_elem": (c_int, [c_int, c_void_p, c_void_p]),
     "bpf_map_delete_elem": (c_int, [c_int, c_void_p]),
+    "bpf_map_get_next_key": (c_int, [c_int, c_void_p, c_void_p]),
     "ring_buffer__new": (c_void_p, [c_int, c_void_p, c_void_p, c_void_p]),
     "ring_buffer__add": (c_int, [c_void_p, c_int, c_void_p, c_void_p]),
     "ring_buffer__poll": (c_int, [c_void_p, c_int]),

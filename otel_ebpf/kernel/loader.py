@@ -97,6 +97,19 @@ class Map:
     def delete(self, key: bytes) -> bool:
         return lib.bpf_map_delete_elem(self.fd, key) == 0
 
+    def keys(self, limit: int | None = None) -> list[bytes]:
+        """Every key of a hash map (at most `limit`), as the kernel iterates them. Keys
+        added or removed meanwhile may be seen or missed, never repeated endlessly."""
+        size = self.key_size
+        out: list[bytes] = []
+        prev = None
+        nxt = ctypes.create_string_buffer(size)
+        bound = limit if limit is not None else lib.bpf_map__max_entries(self.ptr)
+        while len(out) < bound and lib.bpf_map_get_next_key(self.fd, prev, nxt) == 0:
+            out.append(nxt.raw)
+            prev = ctypes.create_string_buffer(nxt.raw, size)
+        return out
+
     def lookup_percpu_u64(self, index: int) -> list[int]:
         """Per-CPU array of u64: one value per possible CPU."""
         ncpus = lib.libbpf_num_possible_cpus()

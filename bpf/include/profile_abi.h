@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The CPU profiler's records and settings (bpf/profile.bpf.c), shared with user space;
+ * otel_ebpf/kernel/cpu_sampler.py mirrors this file and a unit test checks the sizes. */
+#ifndef OTEL_EBPF_PROFILE_ABI_H
+#define OTEL_EBPF_PROFILE_ABI_H
+
+#define PROF_COMM_LEN 16
+#define PROF_MAX_KSTACK 64      /* kernel frames per sample */
+#define PROF_MAX_USTACK 127     /* user (native) frames per sample: perf's own default depth */
+#define PROF_MAX_PY_FRAMES 96   /* Python frames walked per sample */
+#define PROF_MAX_PY_THREADS 64  /* thread states searched for the sampled thread */
+#define PROF_MAX_TARGETS 1024
+#define PROF_NO_FIELD 0xffffffffu
+
+/* py[] entries are code object addresses (8-aligned); the low bit marks the last (outermost)
+ * Python frame run by one C call of the evaluator: frames up to it interleave with one
+ * _PyEval_EvalFrameDefault frame of the native stack. */
+#define PY_F_ENTRY 1ull
+
+enum py_status {
+	PY_NONE = 0,        /* not a registered Python process */
+	PY_OK = 1,          /* py[] holds the thread's frames (possibly none: an idle thread) */
+	PY_NO_THREAD = 2,   /* no thread state of the interpreter belongs to this thread */
+	PY_READ_ERROR = 3,  /* a read of the interpreter's memory failed midway */
+	PY_TRUNCATED = 4,   /* deeper than PROF_MAX_PY_FRAMES: the outermost frames are missing */
+};
+
+/* Where the interpreter keeps what the walk needs, in bytes, for one CPython version
+ * (otel_ebpf/profiling/python_offsets.py). PROF_NO_FIELD: the version lacks the field. */
+struct py_offsets {
+	__u32 interp_head;       /* _PyRuntimeState.interpreters.head */
+	__u32 threads_head;      /* PyInterpreterState.threads.head */
+	__u32 tstate_next;       /* PyThreadState.next */
+	__u32 tstate_native_tid; /* PyThreadState.native_thread_id */
+	__u32 tstate_frame;      /* 3.11/3.12: PyThreadState.cframe; 3.13: .current_frame */
+	__u32 cframe_current;    /* _PyCFrame.current_frame; PROF_NO_FIELD from 3.13 on */
+	__u32 frame_previous;    /* _PyInterpreterFrame.previous */
+	__u32 frame_code;        /* .f_code (3.11/3.12), .f_executable (3.13) */
+	__u32 frame_owner;       /* .owner (a char): 3 = a C-stack shim frame (3.12+) */
+	__u32 frame_is_entry;    /* .is_entry (a bool, 3.11); PROF_NO_FIELD after */
+};
+
+struct py_proc {
+	__u64 runtime;           /* address of _PyRuntime in the process */
+	struct py_offsets o;
+};
+
+struct profile_config {
+	__u32 agent_pid;         /* never sampled */
+	__u8 filter_pids;        /* sample only processes in target_pids (and their children) */
+	__u8 filter_comms;       /* ... or whose name is in target_comms */
+	__u8 _pad[2];
+};
+
+struct profile_sample {
+	__u64 ts_ns;             /* bpf_ktime_get_ns() */
+	__u32 pid;               /* tgid */
+	__u32 tid;
+	__u32 cpu;
+	__s32 kstack_bytes;      /* bpf_get_stack's return: bytes, or a negative errno */
+	__s32 ustack_bytes;
+	__u16 py_frames;         /* entries used in py[] */
+	__u16 py_status;         /* enum py_status */
+	char comm[PROF_COMM_LEN];/* the thread's name */
+	__u64 kstack[PROF_MAX_KSTACK];
+	__u64 ustack[PROF_MAX_USTACK];
+	__u64 py[PROF_MAX_PY_FRAMES];
+};
+
+enum prof_counter_idx {
+	PCNT_SAMPLES = 0,        /* samples of selected processes sent */
+	PCNT_DROPS = 1,          /* the ring was full */
+	PCNT_PY_ERRORS = 2,      /* Python walks that failed (PY_NO_THREAD or PY_READ_ERROR) */
+	PCNT_MAX = 3,
+};
+
+#endif

@@ -1,0 +1,341 @@
+"""Runs GPU memory profiling beside the agent's capture loop, on a thread of its own: drains
+the CUDA probes' events into the ledger, names allocation sites as they arrive (native
+frames and Python frames, by the CPU profiler's symbolizer), looks for libcuda in new
+processes, and every interval exports gpu.* metrics and hands GPU profiles (memory:
+alloc_*/inuse_*; kernel launches) to the profile exporters."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+
+from otel_ebpf.config import SIGNALS, Config
+from otel_ebpf.export.factory import DisabledExporter
+from otel_ebpf.export.profiles import OtlpProfileExporter, ProfileBatch, ProfileSample
+from otel_ebpf.gpu.ledger import (
+    LAUNCH_SAMPLE_TYPES,
+    SAMPLE_TYPES,
+    MemoryLedger,
+    ProcessProfile,
+    Site,
+    launch_profiles,
+)
+from otel_ebpf.gpu.metrics import build_metrics
+from otel_ebpf.kernel.cpu_sampler import PY_F_ENTRY, RawSample
+from otel_ebpf.kernel.cuda_abi import GpuAlloc, GpuInit
+from otel_ebpf.kernel.cuda_tracer import CudaTracer
+from otel_ebpf.kernel.libbpf import LibbpfLog
+from otel_ebpf.profiling.frames import PYTHON, Frame, merge, python_groups
+from otel_ebpf.profiling.python_procs import Interpreter
+from otel_ebpf.profiling.symbolizer import Symbolizer
+from otel_ebpf.spans.convert import resource_for
+from otel_ebpf.spans.resources import ProcessResources
+from otel_ebpf.telemetry import Stats
+
+log = logging.getLogger(__name__)
+
+MAX_SITES = 200_000  # named allocation sites kept (by process and raw stack)
+TOP_SITES = 3  # allocation sites logged per process when its memory changes
+
+
+def describe(frames: tuple[Frame, ...], depth: int = 4) -> str:
+    """A site in one line, innermost first: its Python frames (`file:line function`, the
+    line being the function's first) when it has them, else its native frames."""
+    python = [f for f in frames if f.kind == PYTHON]
+    shown = python or list(frames)
+    parts = [f"{os.path.basename(f.module)}:{f.line} {f.name}" if f.kind == PYTHON else f.name
+             for f in shown[:depth]]
+    return " <- ".join(parts) or "(no stack)"
+
+
+class GpuMonitor:
+    def __init__(
+        self,
+        tracer: CudaTracer,
+        metric_exporters: Mapping[str, MetricExporter],
+        resources: ProcessResources,
+        stats: Stats,
+        *,
+        profile_exporters: Mapping[str, Any] | None = None,
+        interval_s: float = 10.0,
+        poll_interval_s: float = 0.1,
+        scan_interval_s: float = 2.0,
+        proc_root: str = "/proc",
+    ) -> None:
+        self.tracer = tracer
+        self.ledger = MemoryLedger()
+        self.symbolizer = Symbolizer(on_python=self._python_found)
+        self._exporters = {name: e for name, e in metric_exporters.items()
+                           if not isinstance(e, DisabledExporter)}
+        self._profile_exporters = dict(profile_exporters or {})
+        self._resources = resources
+        self._stats = stats
+        self._interval_s = interval_s
+        self._poll_ms = max(1, int(poll_interval_s * 1000))
+        self._scan_interval_s = scan_interval_s
+        self._proc_root = proc_root
+        self._first_seen: dict[int, int] = {}  # pid -> wall time its series start
+        self._pythons: set[int] = set()
+        self._sites: dict[tuple[int, Site], tuple[Frame, ...]] = {}
+        # Python frames of sites, named on arrival, in the evaluator calls that ran them
+        self._python: dict[tuple[int, Site], list[list[Frame]]] = {}
+        self._launches_seen: dict = {}
+        self._last_usage: dict[tuple[int, int, str], tuple[int, int]] = {}
+        self._interval_start = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        self._lock = threading.Lock()  # the thread's work and shutdown's, in turn
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- processes
+
+    def _python_found(self, interp: Interpreter) -> None:
+        self._pythons.add(interp.pid)
+        self.tracer.set_python(interp.pid, interp.runtime, interp.offsets.kernel_fields())
+        log.info("pid %d runs CPython %d.%d: its GPU allocation sites get Python frames",
+                 interp.pid, *interp.version)
+
+    def scan(self) -> None:
+        """Probe libcuda files new processes map; know the interpreter of every process
+        that uses CUDA (or may: a Python process loads libcuda late, at torch.cuda init),
+        so its first allocation is walked."""
+        self.tracer.probes.scan_all(self._proc_root)
+        for pid in self.tracer.probes.covered_pids | set(self._first_seen):
+            self.symbolizer.process(pid)
+
+    # -- the loop
+
+    def start(self) -> None:
+        self.scan()
+        self._thread = threading.Thread(target=self._run, name="otel-ebpf-gpu", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        next_scan = time.monotonic() + self._scan_interval_s
+        next_interval = time.monotonic() + self._interval_s
+        while not self._stop.is_set():
+            try:
+                with self._lock:
+                    self.drain(self._poll_ms)
+                    now = time.monotonic()
+                    if now >= next_scan:
+                        next_scan = now + self._scan_interval_s
+                        self.scan()
+                    if now >= next_interval:
+                        next_interval = now + self._interval_s
+                        self.flush()
+            except Exception:  # keep profiling: one bad interval must not end it
+                log.exception("GPU monitor: interval failed")
+                self._stop.wait(self._poll_ms / 1000)
+
+    def drain(self, timeout_ms: int = 0) -> int:
+        events = self.tracer.poll(timeout_ms)
+        if not events:
+            return 0
+        for ev in events:
+            if ev.pid not in self._first_seen:
+                self._first_seen[ev.pid] = time.time_ns()
+                self._resources.prime(ev.pid)  # a short-lived process is read while alive
+                self.symbolizer.process(ev.pid)  # its interpreter, from now on
+            if type(ev) is GpuAlloc:
+                self._name_site(ev)
+            elif type(ev) is GpuInit:
+                log.debug("pid %d called cuInit", ev.pid)
+        before = self.ledger.unmatched_frees
+        self.ledger.apply(events)
+        self._stats.add("gpu.events", sum(1 for ev in events if type(ev) is not GpuInit))
+        if self.ledger.unmatched_frees != before:
+            self._stats.add("gpu.frees.unmatched", self.ledger.unmatched_frees - before)
+        return len(events)
+
+    def _name_site(self, ev: GpuAlloc) -> None:
+        """Python frames are named now, while the code objects the kernel saw surely exist
+        (a cheap read of the process's memory); native frames at export, since naming them
+        means reading symbol tables of large libraries (libtorch_cuda) once."""
+        key = (ev.pid, Site(ev.stack, ev.py))
+        if key in self._python or not ev.py:
+            return
+        if len(self._python) >= MAX_SITES:
+            self._python.clear()
+        names = self.symbolizer.process(ev.pid).python
+        if names is not None:
+            frames = [names.frame(a & ~PY_F_ENTRY) for a in ev.py]
+            self._python[key] = python_groups(frames, [bool(a & PY_F_ENTRY) for a in ev.py])
+
+    def site_frames(self, pid: int, site: Site) -> tuple[Frame, ...]:
+        """The site's frames, innermost first: native frames with the Python frames in
+        place of the evaluator frames that ran them (the CPU profiler's merge)."""
+        key = (pid, site)
+        frames = self._sites.get(key)
+        if frames is None:
+            raw = RawSample(0, pid, pid, 0, "", (), site.stack, (), 0)
+            native = self.symbolizer.stack(raw).frames
+            frames = tuple(merge((), native, self._python.get(key, [])))
+            if len(self._sites) >= MAX_SITES:
+                self._sites.clear()
+            self._sites[key] = frames
+        return frames
+
+    # -- each interval
+
+    def flush(self) -> list[ProcessProfile]:
+        """One interval: profiles to the profile exporters, metrics to the metric
+        exporters; processes that ended are reported a last time and forgotten."""
+        now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        copies = self.tracer.copies()
+        launches = self.tracer.launches()
+        for pid in {c.pid for c in copies} | {t.pid for t in launches}:
+            self._first_seen.setdefault(pid, time.time_ns())
+        memory = self.ledger.snapshot(now)
+        launched = launch_profiles(launches, self._launches_seen, self._interval_start, now)
+        self._interval_start = now
+        self._export_profiles(memory, SAMPLE_TYPES)
+        self._export_profiles(launched, LAUNCH_SAMPLE_TYPES)
+        usage = self.ledger.usage()
+        self._log_changes(usage, memory)
+        data = build_metrics(usage, copies, launches, self._resource,
+                             lambda pid: self._first_seen.get(pid, 0))
+        if data is not None:
+            self._export_metrics(data)
+        self._update_counters()
+        self._forget_ended()
+        return memory + launched
+
+    def batch(self, profiles: list[ProcessProfile],
+              sample_types: tuple[tuple[str, str], ...]) -> ProfileBatch:
+        """Profiles of one kind (memory or launches) as one batch, frames named, wall
+        clock times, one resource per process."""
+        offset = time.time_ns() - time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        samples = []
+        for p in profiles:
+            resource = self._resources.get(p.pid)
+            for s in p.samples:
+                samples.append(ProfileSample(self.site_frames(p.pid, s.site), s.values,
+                                             resource, dict(s.attributes)))
+        start = min((p.start_ns for p in profiles), default=self._interval_start)
+        end = max((p.end_ns for p in profiles), default=self._interval_start)
+        return ProfileBatch(sample_types, start + offset, end + offset, samples)
+
+    def _export_profiles(self, profiles: list[ProcessProfile],
+                         sample_types: tuple[tuple[str, str], ...]) -> None:
+        if not profiles or not self._profile_exporters:
+            return
+        batch = self.batch(profiles, sample_types)
+        for name, exporter in self._profile_exporters.items():
+            try:
+                exporter.export(batch)
+            except Exception:  # the other exporters and the metrics still go out
+                log.exception("GPU profiles: exporter %s failed", name)
+
+    def _log_changes(self, usage: list, memory: list[ProcessProfile]) -> None:
+        """Lines for each process whose GPU memory changed, with the sites that hold the
+        most: what `otel-ebpf run` shows without a backend."""
+        changed = set()
+        for u in usage:
+            key = (u.pid, u.device, u.type)
+            if self._last_usage.get(key) == (u.in_use, u.peak):
+                continue
+            self._last_usage[key] = (u.in_use, u.peak)
+            changed.add(u.pid)
+            log.info("GPU pid %d device %s (%s): %.1f MiB in use in %d allocations, peak "
+                     "%.1f MiB", u.pid, u.device if u.device >= 0 else "?", u.type,
+                     u.in_use / 2**20, u.live, u.peak / 2**20)
+        for p in memory:
+            if p.pid not in changed:
+                continue
+            # by what the site allocated this interval or still holds, whichever is more
+            top = sorted(p.samples, key=lambda s: -max(s.values[1], s.values[3]))
+            for s in top[:TOP_SITES]:
+                log.info("GPU pid %d   %.1f MiB allocated (%d), %.1f MiB held (%d) from %s",
+                         p.pid, s.values[1] / 2**20, s.values[0], s.values[3] / 2**20,
+                         s.values[2], describe(self.site_frames(p.pid, s.site)))
+
+    def _resource(self, pid: int):
+        return resource_for(self._resources.get(pid))
+
+    def _export_metrics(self, data) -> None:
+        for name, exporter in self._exporters.items():
+            try:
+                result = exporter.export(data, timeout_millis=10_000)
+            except Exception:  # one backend's failure costs the others nothing
+                log.exception("GPU metrics: exporter %s raised", name)
+                result = MetricExportResult.FAILURE
+            if result is not MetricExportResult.SUCCESS:
+                self._stats.add("metrics.exports_failed", 1, exporter=name, reason="gpu")
+
+    def _update_counters(self) -> None:
+        kernel = self.tracer.kernel_counters()
+        self._stats.set_total("gpu.kernel.drops", kernel["ringbuf_drops"])
+        self._stats.set_total("gpu.libraries", len(self.tracer.probes.attached))
+
+    def _forget_ended(self) -> None:
+        ended = {pid for pid in self._first_seen
+                 if not os.path.exists(os.path.join(self._proc_root, str(pid)))}
+        if not ended:
+            return
+        for pid in ended:
+            self.ledger.end(pid)
+            del self._first_seen[pid]
+            self.symbolizer.forget(pid)
+            if pid in self._pythons:
+                self._pythons.discard(pid)
+                self.tracer.forget_python(pid)
+        self.tracer.forget(ended)
+        self._launches_seen = {k: v for k, v in self._launches_seen.items()
+                               if k[0] not in ended}
+        self._sites = {k: v for k, v in self._sites.items() if k[0] not in ended}
+        self._python = {k: v for k, v in self._python.items() if k[0] not in ended}
+        self._last_usage = {k: v for k, v in self._last_usage.items() if k[0] not in ended}
+
+    def shutdown(self) -> None:
+        """Stop the thread, drain what the kernel holds and report a last interval."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10.0)
+        with self._lock:
+            self.drain(0)
+            self.flush()
+        self.symbolizer.close()
+        self.tracer.close()
+
+
+
+
+def profile_exporters(cfg: Config) -> dict[str, Any]:
+    """The `profiles` pipelines' OTLP exporters, where the config has that signal. Other
+    exporter types of that pipeline are left to the profiling side's factory (logged)."""
+    if "profiles" not in SIGNALS:
+        return {}
+    out: dict[str, Any] = {}
+    for name, settings in cfg.exporters_for("profiles").items():
+        if name.split("/")[0] == "otlp" and settings.get("endpoint", None) != "":
+            out[name] = OtlpProfileExporter(settings)
+        else:
+            log.info("GPU profiles: exporter %s is not connected to GPU profiles", name)
+    return out
+
+
+def start_gpu_monitor(cfg: Config, libbpf_log: LibbpfLog,
+                      metric_exporters: Mapping[str, MetricExporter],
+                      resources: ProcessResources, stats: Stats,
+                      profile_exporters_: Mapping[str, Any] | None = None) -> GpuMonitor:
+    """Load and attach the CUDA probes as `receivers.ebpf.gpu` says, and start the
+    monitor's thread; raises BPFError when the probes cannot be loaded."""
+    r = cfg.receiver
+    tracer = CudaTracer(libbpf_log, libraries=r.gpu_libraries)
+    monitor = GpuMonitor(
+        tracer, metric_exporters, resources, stats,
+        profile_exporters=profile_exporters(cfg) if profile_exporters_ is None
+        else profile_exporters_,
+        interval_s=cfg.telemetry.metrics_interval_s, poll_interval_s=r.poll_interval_s,
+        scan_interval_s=r.gpu_scan_interval_s)
+    monitor.start()
+    log.info("GPU memory profiling: CUDA driver probes on %s",
+             ", ".join(tracer.probes.attached.values()) or "no libcuda yet (processes are "
+             f"scanned every {r.gpu_scan_interval_s:g}s)")
+    return monitor

@@ -1,0 +1,1 @@
+"""CPU profiles: kernel samples -> symbolized, Python-aware stacks -> profile exporters."""

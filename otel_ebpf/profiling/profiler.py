@@ -1,0 +1,176 @@
+"""The CPU profiler at run time: drains the sampler, names each sample's frames right away
+(while its code objects still exist), and every interval hands a ProfileBatch to the
+profile exporters (OTLP, pprof, folded), with links to the spans the threads served."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from otel_ebpf.export.profiles import ProfileBatch, ProfileSample
+from otel_ebpf.kernel.cpu_sampler import PY_NO_THREAD, PY_READ_ERROR, CpuSampler
+from otel_ebpf.kernel.libbpf import LibbpfLog
+
+from .links import ActiveSpans
+from .python_procs import Interpreter
+from .symbolizer import Stack, Symbolizer
+
+log = logging.getLogger(__name__)
+
+SAMPLE_TYPES = (("samples", "count"), ("cpu", "nanoseconds"))
+MAX_PENDING = 1_000_000  # samples held between exports; more are dropped and counted
+
+
+class ProfileExporter(Protocol):
+    def export(self, batch: ProfileBatch) -> bool: ...
+    def shutdown(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class ProfilerSettings:
+    frequency: int = 19
+    interval_s: float = 10.0
+    # samples wait this long before export, so the spans their threads served (emitted
+    # after the correlation window) can be linked
+    link_delay_s: float = 3.0
+    pids: tuple[int, ...] = ()
+    process_names: tuple[str, ...] = ()
+    poll_interval_s: float = 0.1
+
+
+class CpuProfiler:
+    def __init__(self, settings: ProfilerSettings, exporters: Mapping[str, ProfileExporter],
+                 libbpf_log: LibbpfLog, *, resources: Callable[[int, str], Mapping[str, Any]],
+                 to_wall: Callable[[int], int], stats: Any = None,
+                 spans: ActiveSpans | None = None) -> None:
+        self.settings = settings
+        self.exporters = dict(exporters)
+        self.resources = resources
+        self.to_wall = to_wall
+        self.stats = stats
+        self.spans = spans or ActiveSpans()
+        self.sampler = CpuSampler(settings.frequency, libbpf_log, pids=settings.pids,
+                                  process_names=settings.process_names)
+        self.symbolizer = Symbolizer(on_python=self._python_found)
+        self.pending: list[Stack] = []
+        self.pythons: dict[int, Interpreter] = {}
+        self.samples_total = 0
+        self.batches_exported = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._window_start = time.time_ns()
+        try:
+            for pid in settings.pids:  # Python frames from the first sample on
+                self.symbolizer.process(pid)
+            self.sampler.start()
+        except BaseException:
+            self.sampler.close()
+            raise
+
+    def _python_found(self, interp: Interpreter) -> None:
+        self.pythons[interp.pid] = interp
+        self.sampler.set_python(interp.pid, interp.runtime, interp.offsets.kernel_fields())
+        log.info("pid %d runs CPython %d.%d: its Python frames are sampled", interp.pid,
+                 *interp.version)
+
+    def add_targets(self, pids: Iterable[int]) -> None:
+        """More processes to sample (a process name matched after start)."""
+        pids = list(pids)
+        self.sampler.add_pids(pids)
+        for pid in pids:
+            self.symbolizer.process(pid)
+
+    # -- the loop
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name="otel-ebpf-profiler",
+                                        daemon=True)
+        self._thread.start()
+
+    def run(self) -> None:
+        poll_ms = max(1, int(self.settings.poll_interval_s * 1000))
+        next_export = time.monotonic() + self.settings.interval_s
+        while not self._stop.is_set():
+            self.poll(poll_ms)
+            if time.monotonic() >= next_export:
+                next_export = time.monotonic() + self.settings.interval_s
+                self.export(final=False)
+                self.symbolizer.sweep()
+
+    def poll(self, timeout_ms: int) -> int:
+        raws = self.sampler.poll(timeout_ms)
+        for raw in raws:
+            if raw.py_status in (PY_NO_THREAD, PY_READ_ERROR) and self.stats is not None:
+                self.stats.add("profiles.python_walk_failed")
+            if len(self.pending) >= MAX_PENDING:
+                if self.stats is not None:
+                    self.stats.add("profiles.samples_dropped")
+                continue
+            self.pending.append(self.symbolizer.stack(raw))
+        self.samples_total += len(raws)
+        if self.stats is not None and raws:
+            self.stats.add("profiles.samples", len(raws))
+        return len(raws)
+
+    def export(self, final: bool) -> ProfileBatch:
+        """Export the samples old enough to be linked (all of them when final)."""
+        now_mono = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        cutoff = now_mono if final else now_mono - int(self.settings.link_delay_s * 1e9)
+        ready = [s for s in self.pending if s.ts_ns <= cutoff]
+        self.pending = [s for s in self.pending if s.ts_ns > cutoff]
+        end = time.time_ns()
+        batch = self.batch(ready, self._window_start, end)
+        self._window_start = end
+        for name, exporter in self.exporters.items():
+            try:
+                ok = exporter.export(batch)
+            except Exception:  # one exporter's failure must not stop the others
+                log.exception("profile exporter %s failed", name)
+                ok = False
+            if self.stats is not None and batch.samples:
+                self.stats.add("profiles.exported" if ok else "profiles.export_failed",
+                               len(batch.samples), exporter=name)
+        if batch.samples:
+            self.batches_exported += 1
+        self.spans.prune(cutoff - int(60e9))
+        return batch
+
+    def batch(self, stacks: list[Stack], start_ns: int, end_ns: int) -> ProfileBatch:
+        period = int(1e9 / self.settings.frequency)
+        samples = []
+        for st in stacks:
+            samples.append(ProfileSample(
+                stack=st.frames, values=(1, period),
+                resource=_scalars(self.resources(st.pid, st.comm)),
+                attributes={"thread.id": st.tid, "thread.name": st.comm},
+                link=self.spans.find(st.pid, st.tid, st.ts_ns),
+                timestamp_ns=self.to_wall(st.ts_ns)))
+        return ProfileBatch(SAMPLE_TYPES, start_ns, end_ns, samples,
+                            period_type=("cpu", "nanoseconds"), period=period)
+
+    def kernel_counters(self) -> dict[str, int]:
+        return self.sampler.kernel_counters()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        self.poll(0)
+        self.export(final=True)
+
+    def close(self) -> None:
+        for exporter in self.exporters.values():
+            exporter.shutdown()
+        self.symbolizer.close()
+        self.sampler.close()
+
+
+def _scalars(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """Resource attributes as the encoders take them: lists become one string."""
+    return {k: (" ".join(map(str, v)) if isinstance(v, (list, tuple)) else v)
+            for k, v in attrs.items()}

@@ -1,0 +1,157 @@
+"""Raw samples -> merged stacks of named frames: kernel addresses by /proc/kallsyms, user
+addresses by /proc/PID/maps and ELF symbols (unknown ones as module+offset), Python code
+objects by reading the interpreter's objects; each process's state is kept until it exits."""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from otel_ebpf.kernel.cpu_sampler import PY_F_ENTRY, RawSample
+
+from .elf import ElfCache, follows_call, read_file
+from .frames import KERNEL, NATIVE, Frame, merge, python_groups
+from .kallsyms import KernelSymbols
+from .procmaps import ProcessMaps
+from .python_procs import CodeNames, Interpreter, find_interpreter
+
+log = logging.getLogger(__name__)
+
+MAX_FRAME_CACHE = 200_000
+
+
+@dataclass(frozen=True, slots=True)
+class Stack:
+    pid: int
+    tid: int
+    ts_ns: int
+    comm: str
+    frames: tuple[Frame, ...]   # innermost first
+
+
+class _Process:
+    def __init__(self, pid: int, elfs: ElfCache) -> None:
+        self.pid = pid
+        self.maps = ProcessMaps(pid)
+        self.frames: dict[int, Frame] = {}
+        self.python: CodeNames | None = None
+        try:
+            interp = find_interpreter(pid, self.maps, elfs)
+            if interp is not None:
+                self.python = CodeNames(interp)
+        except OSError as exc:
+            log.debug("pid %d: interpreter not readable: %s", pid, exc)
+
+    def close(self) -> None:
+        if self.python is not None:
+            self.python.close()
+
+
+class Symbolizer:
+    """`on_python(interpreter)` is called once per Python process found (the sampler then
+    walks its frames in the kernel)."""
+
+    def __init__(self, on_python: Callable[[Interpreter], None] | None = None,
+                 kallsyms: str = "/proc/kallsyms") -> None:
+        self.elfs = ElfCache()
+        self.kernel = KernelSymbols(kallsyms)
+        self._kcache: dict[int, Frame] = {}
+        self._procs: dict[int, _Process] = {}
+        self.on_python = on_python
+        self.machine = platform.machine()
+
+    def process(self, pid: int) -> _Process:
+        proc = self._procs.get(pid)
+        if proc is None:
+            proc = self._procs[pid] = _Process(pid, self.elfs)
+            if proc.python is not None and self.on_python is not None:
+                self.on_python(proc.python.interp)
+        return proc
+
+    def interpreter(self, pid: int) -> Interpreter | None:
+        py = self.process(pid).python
+        return py.interp if py else None
+
+    def stack(self, s: RawSample) -> Stack:
+        proc = self.process(s.pid)
+        kernel = [self._kernel_frame(a) for a in s.kstack]
+        native = self._native(proc, s.ustack)
+        groups: list[list[Frame]] = []
+        if s.py and proc.python is not None:
+            names = proc.python
+            py = [names.frame(a & ~PY_F_ENTRY) for a in s.py]
+            groups = python_groups(py, [bool(a & PY_F_ENTRY) for a in s.py])
+        return Stack(s.pid, s.tid, s.ts_ns, s.comm, tuple(merge(kernel, native, groups)))
+
+    def _kernel_frame(self, addr: int) -> Frame:
+        f = self._kcache.get(addr)
+        if f is None:
+            name = self.kernel.lookup(addr)
+            f = Frame(name or f"[kernel]+{addr:#x}", "[kernel]", KERNEL, addr)
+            if len(self._kcache) >= MAX_FRAME_CACHE:
+                self._kcache.clear()
+            self._kcache[addr] = f
+        return f
+
+    def _native(self, proc: _Process, ips: tuple[int, ...]) -> list[Frame]:
+        """User frames; the unwind is cut at the first return address that does not
+        follow a call (the frame-pointer walk went astray in code without them)."""
+        out = []
+        for i, addr in enumerate(ips):
+            f = self._user_frame(proc, addr, return_address=i > 0)
+            if f is None:
+                break
+            out.append(f)
+        return out
+
+    def _user_frame(self, proc: _Process, addr: int, return_address: bool) -> Frame | None:
+        key = addr if not return_address else -addr  # a leaf address needs no call check
+        if key in proc.frames:
+            return proc.frames[key]
+        f = self._resolve(proc, addr, return_address)
+        if len(proc.frames) >= MAX_FRAME_CACHE:
+            proc.frames.clear()
+        proc.frames[key] = f
+        return f
+
+    def _resolve(self, proc: _Process, addr: int, return_address: bool) -> Frame | None:
+        m = proc.maps.find(addr)
+        if m is None:
+            return None if return_address else Frame(f"[unknown]+{addr:#x}", "[unknown]",
+                                                     NATIVE, addr)
+        if return_address and not m.executable:
+            return None
+        file_off = addr - m.start + m.offset
+        if return_address and m.is_file and not follows_call(
+                read_file(proc.maps.host_path(m), file_off - 7, 7), self.machine):
+            return None
+        if not m.is_file:
+            # [vdso], [anon] (JIT code)...: named by the mapping
+            module = m.path or "[anon]"
+            return Frame(f"{module}+{addr - m.start:#x}", module, NATIVE, addr - m.start)
+        elf = self.elfs.get(proc.maps.host_path(m))
+        vaddr = elf.vaddr_of_offset(file_off) if elf else None
+        sym = elf.symbol(vaddr) if elf and vaddr is not None else None
+        base = os.path.basename(m.path)
+        if sym is None:
+            return Frame(f"{base}+{file_off:#x}", m.path, NATIVE, file_off)
+        return Frame(sym[0], m.path, NATIVE, vaddr if vaddr is not None else file_off)
+
+    def forget(self, pid: int) -> None:
+        proc = self._procs.pop(pid, None)
+        if proc is not None:
+            proc.close()
+
+    def sweep(self) -> list[int]:
+        """Forget processes that exited; returns their pids."""
+        gone = [pid for pid in self._procs if not os.path.exists(f"/proc/{pid}")]
+        for pid in gone:
+            self.forget(pid)
+        return gone
+
+    def close(self) -> None:
+        for pid in list(self._procs):
+            self.forget(pid)

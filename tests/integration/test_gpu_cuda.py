@@ -1,0 +1,245 @@
+"""GPU memory profiling against a stand-in CUDA driver (no GPU here): the tests build a
+small libcuda.so.1 that exports the driver's symbols with the driver's signatures
+(tests/support/cuda/libcuda.c) and a program that calls it (gpu_app.c). The real
+cuda.bpf.c uprobes attach to the library found in the program's /proc/PID/maps; the
+allocations, frees, copies and launches must come out right, with their stacks, as
+ledger state, OTLP metrics and profile batches."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from otel_ebpf.gpu.monitor import GpuMonitor
+from otel_ebpf.kernel.cuda_abi import Api, GpuAlloc, GpuFree, GpuInit
+from otel_ebpf.kernel.cuda_tracer import CudaTracer, libcuda_of
+from otel_ebpf.kernel.libbpf import LibbpfLog
+from otel_ebpf.spans.resources import ProcessResources
+from otel_ebpf.telemetry import Stats
+from tests.integration.conftest import REPO, require_kernel
+
+SRC = REPO / "tests/support/cuda"
+MiB = 1 << 20
+pytestmark = pytest.mark.kernel
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.fail("a C compiler is needed (make install brings clang)")
+    out = tmp_path_factory.mktemp("fakecuda")
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-fno-omit-frame-pointer",
+                    "-Wl,-soname,libcuda.so.1", "-o", str(out / "libcuda.so.1"),
+                    str(SRC / "libcuda.c")], check=True)
+    subprocess.run([cc, "-O0", "-g", "-fno-omit-frame-pointer", "-o", str(out / "gpu_app"),
+                    str(SRC / "gpu_app.c"), f"-L{out}", "-l:libcuda.so.1",
+                    f"-Wl,-rpath,{out}"], check=True)
+    return out
+
+
+@pytest.fixture
+def tracer():
+    require_kernel()
+    if not (REPO / "bpf/build/cuda.bpf.o").is_file():
+        msg = "bpf/build/cuda.bpf.o not built (make -C bpf)"
+        if os.environ.get("OTEL_EBPF_REQUIRE_BPF") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    t = CudaTracer(LibbpfLog())
+    yield t
+    t.close()
+
+
+class App:
+    """gpu_app in phases: it prints `name value` lines, then `ready N`, and waits."""
+
+    def __init__(self, path: Path) -> None:
+        self.proc = subprocess.Popen([str(path / "gpu_app")], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.values: dict[str, int] = {}
+        self.read_phase()
+
+    def read_phase(self) -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline().split()
+            if not line:
+                raise RuntimeError(f"gpu_app ended: {self.proc.wait(5)}")
+            if line[0] == "ready":
+                return
+            self.values[line[0]] = int(line[1], 16) if line[1].startswith("0x") else int(
+                line[1])
+        raise TimeoutError("gpu_app did not reach its next phase")
+
+    def go(self) -> None:
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        self.read_phase()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(10)
+
+
+def poll_until(tracer, n: int, timeout_s: float = 10.0) -> list:
+    events: list = []
+    deadline = time.monotonic() + timeout_s
+    while len(events) < n and time.monotonic() < deadline:
+        events += tracer.poll(100)
+    return events
+
+
+def function_range(app: App, name: str) -> range:
+    """Where function `name` of gpu_app lies in its memory: its printed address and its
+    size from the ELF symbol table."""
+    from elftools.elf.elffile import ELFFile
+
+    with open(app.proc.args[0], "rb") as f:
+        sym = ELFFile(f).get_section_by_name(".symtab").get_symbol_by_name(name)[0]
+    start = app.values[name]
+    return range(start, start + sym["st_size"])
+
+
+def test_uprobes_pair_frees_and_capture_stacks(built, tracer):
+    app = App(built)
+    try:
+        # the library is found in the running program's maps and probed once
+        paths = libcuda_of(app.proc.pid)
+        assert paths == {str(built / "libcuda.so.1")}
+        assert tracer.probes.scan([app.proc.pid]) == 1
+        assert tracer.probes.scan([app.proc.pid]) == 0
+        app.go()
+        events = poll_until(tracer, 7)
+        allocs = [e for e in events if type(e) is GpuAlloc]
+        frees = [e for e in events if type(e) is GpuFree]
+        v = app.values
+        # every allocation kind, with the pointer it returned; the failed one is absent
+        assert [(e.api, e.dptr, e.size) for e in allocs] == [
+            (Api.MEM_ALLOC, v["weights"], 256 * MiB),
+            (Api.MEM_ALLOC, v["activations"], 1024 * MiB),
+            (Api.MEM_ALLOC_ASYNC, v["staging"], 4 * MiB),  # its inner cuMemAlloc_v2 not twice
+            (Api.MEM_ALLOC_MANAGED, v["managed"], 8 * MiB),
+            (Api.MEM_ALLOC_PITCH, v["pitched"], v["pitch"] * 100),
+        ]
+        assert all(e.pid == app.proc.pid and e.device == 1 for e in events)
+        assert [(e.api, e.dptr) for e in frees] == [(Api.MEM_FREE, v["weights"]),
+                                                    (Api.MEM_FREE_ASYNC, v["staging"])]
+        # the stack starts at the call's return site, inside the allocating function
+        assert allocs[0].stack[0] in function_range(app, "alloc_weights")
+        assert allocs[1].stack[0] in function_range(app, "alloc_activations")
+        assert len(allocs[0].stack) >= 2  # ... then main, by frame pointers
+        copies = {c.api: (c.count, c.bytes) for c in tracer.copies()
+                  if c.pid == app.proc.pid}
+        assert copies == {Api.MEMCPY_HTOD: (3, 3 * MiB), Api.MEMCPY_DTOH: (2, MiB),
+                          Api.MEMCPY_HTOD_ASYNC: (1, 4096), Api.MEMCPY_DTOH_ASYNC: (1, 8192)}
+        launches = {t.stack[1]: t.count for t in tracer.launches() if t.pid == app.proc.pid}
+        by_site = {name: sum(n for caller, n in launches.items()
+                             if caller in function_range(app, name))
+                   for name in ("launch_forward", "launch_backward")}
+        assert by_site == {"launch_forward": 5, "launch_backward": 3}
+        counters = tracer.kernel_counters()
+        assert counters["failed_calls"] >= 1 and counters["ringbuf_drops"] == 0
+        app.go()
+        rest = poll_until(tracer, 3)
+        assert sorted(e.dptr for e in rest if type(e) is GpuFree) == sorted(
+            [v["activations"], v["managed"], v["pitched"]])
+    finally:
+        app.close()
+
+
+class _Collect:
+    """A metric exporter that keeps what it is given (the SDK's exporter interface)."""
+
+    def __init__(self) -> None:
+        self.data = []
+
+    def export(self, data, timeout_millis: float = 0, **_: object):
+        from opentelemetry.sdk.metrics.export import MetricExportResult
+
+        self.data.append(data)
+        return MetricExportResult.SUCCESS
+
+
+class _Profiles:
+    def __init__(self) -> None:
+        self.batches = []
+
+    def export(self, batch) -> bool:
+        self.batches.append(batch)
+        return True
+
+
+def test_monitor_profiles_and_metrics(built, tracer):
+    metrics, profiles = _Collect(), _Profiles()
+    stats = Stats()
+    monitor = GpuMonitor(tracer, {"c": metrics}, ProcessResources(), stats,
+                         profile_exporters={"p": profiles}, interval_s=3600)
+    app = App(built)
+    try:
+        monitor.scan()
+        app.go()
+        deadline = time.monotonic() + 10
+        while stats.total("gpu.events") < 7 and time.monotonic() < deadline:
+            monitor.drain(100)
+        monitor.flush()
+    finally:
+        app.close()
+    pid = app.proc.pid
+    memory = next(b for b in profiles.batches if b.sample_types[0][0] == "alloc_objects")
+    assert [t for t, _ in memory.sample_types] == ["alloc_objects", "alloc_space",
+                                                   "inuse_objects", "inuse_space"]
+    by_leaf = {}
+    for s in memory.samples:
+        assert s.resource["process.pid"] == pid
+        by_leaf.setdefault(s.stack[0].name, []).append(s.values)
+    # sites named by the symbolizer: 256 MiB allocated and freed, 1 GiB allocated and held
+    assert by_leaf["alloc_weights"] == [(1, 256 * MiB, 0, 0)]
+    assert by_leaf["alloc_activations"] == [(1, 1024 * MiB, 1, 1024 * MiB)]
+    assert memory.end_ns > memory.start_ns > 0
+    launch = next(b for b in profiles.batches if b.sample_types == (("kernel_launches",
+                                                                      "count"),))
+    names = {tuple(f.name for f in s.stack[:2]): s.values[0] for s in launch.samples}
+    assert names == {("cuLaunchKernel", "launch_forward"): 5,
+                     ("cuLaunchKernel", "launch_backward"): 3}
+    points = {}
+    for data in metrics.data:
+        for rm in data.resource_metrics:
+            assert rm.resource.attributes["process.pid"] == pid
+            for m in rm.scope_metrics[0].metrics:
+                for p in m.data.data_points:
+                    points[(m.name, tuple(sorted(p.attributes.items())))] = p.value
+    dev1 = (("gpu.device.index", 1), ("gpu.memory.type", "device"))
+    managed = (("gpu.device.index", 1), ("gpu.memory.type", "managed"))
+    held = 1024 * MiB + 1024 * 100  # activations and the pitched block, after two frees
+    assert points[("gpu.memory.in_use", dev1)] == held
+    assert points[("gpu.memory.peak", dev1)] == 256 * MiB + held + 4 * MiB
+    assert points[("gpu.memory.in_use", managed)] == 8 * MiB
+    assert points[("gpu.memory.allocations.live", dev1)] == 2
+    assert points[("gpu.kernel.launches", (("gpu.device.index", 1),))] == 8
+    htod = (("gpu.copy.async", False), ("gpu.copy.direction", "host_to_device"),
+            ("gpu.device.index", 1))
+    assert points[("gpu.memory.copy.bytes", htod)] == 3 * MiB
+    assert points[("gpu.memory.copy.count", htod)] == 3
+    assert points[("gpu.memory.copy.time", htod)] > 0
+    # the process ended: its state goes after the interval that reported it last
+    monitor.flush()
+    assert pid not in monitor.ledger.pids
+
+
+def test_cuinit_is_reported(built, tracer):
+    """cuInit reaches user space (the process is looked at before it allocates)."""
+    app = App.__new__(App)
+    tracer.probes.attach(str(built / "libcuda.so.1"))
+    app.__init__(built)  # cuInit ran before `ready 1`
+    try:
+        events = poll_until(tracer, 1)
+        assert any(type(e) is GpuInit and e.pid == app.proc.pid for e in events)
+    finally:
+        app.close()

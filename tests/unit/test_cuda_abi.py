@@ -1,0 +1,99 @@
+"""bpf/include/cuda_abi.h and otel_ebpf/kernel/cuda_abi.py must agree on every size and
+offset: compile the header with the host compiler and compare; then decode records
+packed the way the kernel writes them."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from otel_ebpf.kernel import cuda_abi
+from otel_ebpf.kernel.cuda_abi import Api, GpuAlloc, GpuFree, GpuInit
+
+REPO = Path(__file__).resolve().parents[2]
+
+PROBE = r"""
+#include <stdio.h>
+#include <stddef.h>
+#include <stdbool.h>
+#include <linux/types.h>
+#include "cuda_abi.h"
+#include "profile_abi.h"
+#define S(t) printf(#t " %zu\n", sizeof(struct t))
+#define O(t, f) printf(#t "." #f " %zu\n", offsetof(struct t, f))
+int main(void) {
+    S(gpu_mem_event); S(gpu_copy_key); S(gpu_copy_totals); S(gpu_launch_key); S(gpu_config);
+    O(gpu_mem_event, stack); O(gpu_mem_event, py); O(gpu_mem_event, py_frames);
+    O(gpu_mem_event, duration_ns); O(gpu_launch_key, caller); O(gpu_launch_key, device);
+    printf("CUDA_ABI_VERSION %d\nGPU_MAX_STACK %d\nGPU_MAX_PY_FRAMES %d\nPROF_MAX_PY_FRAMES %d\n",
+           CUDA_ABI_VERSION, GPU_MAX_STACK, GPU_MAX_PY_FRAMES, PROF_MAX_PY_FRAMES);
+    printf("EV %d %d %d\nAPI %d %d %d\nCNT %d\n", GPU_EV_ALLOC, GPU_EV_FREE, GPU_EV_INIT,
+           GPU_API_MEM_ALLOC, GPU_API_MEMCPY_ASYNC, GPU_API_LAUNCH_KERNEL, GPU_CNT_MAX);
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def c_layout(tmp_path_factory) -> dict[str, str]:
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.fail("a C compiler is needed to check the ABI (make install brings clang)")
+    tmp = tmp_path_factory.mktemp("cuda_abi")
+    (tmp / "probe.c").write_text(PROBE)
+    subprocess.run([cc, "-I", str(REPO / "bpf/include"), "-o", str(tmp / "probe"),
+                    str(tmp / "probe.c")], check=True)
+    out = subprocess.run([str(tmp / "probe")], capture_output=True, text=True, check=True)
+    return dict(line.split(" ", 1) for line in out.stdout.splitlines())
+
+
+def test_layouts_match_the_header(c_layout):
+    assert int(c_layout["gpu_mem_event.stack"]) == cuda_abi.MEM_EVENT.size
+    assert int(c_layout["gpu_mem_event.py"]) == cuda_abi.PY_OFFSET
+    assert int(c_layout["gpu_mem_event"]) == cuda_abi.PY_OFFSET + 8 * cuda_abi.GPU_MAX_PY_FRAMES
+    assert int(c_layout["gpu_copy_key"]) == cuda_abi.COPY_KEY.size
+    assert int(c_layout["gpu_copy_totals"]) == cuda_abi.COPY_TOTALS.size
+    assert int(c_layout["gpu_launch_key"]) == cuda_abi.LAUNCH_KEY.size
+    assert int(c_layout["gpu_launch_key.caller"]) == 8
+    assert int(c_layout["gpu_config"]) == cuda_abi.GPU_CONFIG.size
+    assert int(c_layout["CUDA_ABI_VERSION"]) == cuda_abi.CUDA_ABI_VERSION
+    assert int(c_layout["GPU_MAX_STACK"]) == cuda_abi.GPU_MAX_STACK
+    # the Python walk writes PROF_MAX_PY_FRAMES entries into py[]
+    assert c_layout["GPU_MAX_PY_FRAMES"] == c_layout["PROF_MAX_PY_FRAMES"]
+    assert c_layout["EV"].split() == [str(cuda_abi.GPU_EV_ALLOC), str(cuda_abi.GPU_EV_FREE),
+                                      str(cuda_abi.GPU_EV_INIT)]
+    assert c_layout["API"].split() == [str(Api.MEM_ALLOC.value), str(Api.MEMCPY_ASYNC.value),
+                                       str(Api.LAUNCH_KERNEL.value)]
+    assert int(c_layout["CNT"]) == cuda_abi.GPU_CNT_MAX
+
+
+def _header(type_, api, device, pid, tid, stack_len, ts, dptr, size, dur, py_frames=0, status=0):
+    return cuda_abi.MEM_EVENT.pack(type_, api, device, pid, tid, stack_len, ts, dptr, size, dur,
+                                   py_frames, status, 0)
+
+
+def test_decode_allocation_with_stacks():
+    stack = [0x401000, 0x402000, 0x403000] + [0] * (cuda_abi.GPU_MAX_STACK - 3)
+    py = [0x7000, 0x7101]  # the second marks its evaluator call's last frame
+    record = (_header(1, Api.MEM_ALLOC_PITCH, 2, 10, 11, 24, 5, 0xABC000, 102400, 7, 2, 1)
+              + struct.pack(f"<{len(stack)}Q", *stack) + struct.pack("<2Q", *py))
+    ev = cuda_abi.decode(record)
+    assert ev == GpuAlloc(10, 11, 5, Api.MEM_ALLOC_PITCH, 2, 0xABC000, 102400, 7,
+                          (0x401000, 0x402000, 0x403000), (0x7000, 0x7101), 1)
+
+
+def test_decode_free_and_init():
+    assert cuda_abi.decode(_header(2, Api.MEM_FREE_ASYNC, -1, 3, 4, 0, 9, 0x10, 0, 1)) == \
+        GpuFree(3, 4, 9, Api.MEM_FREE_ASYNC, -1, 0x10, 1)
+    assert cuda_abi.decode(_header(3, 0, -1, 3, 4, 0, 9, 0, 0, 0)) == GpuInit(3, 4, 9)
+
+
+@pytest.mark.parametrize("record", [b"\x01" * 10, _header(9, 1, 0, 1, 1, 0, 0, 0, 0, 0),
+                                    _header(1, 99, 0, 1, 1, 0, 0, 0, 0, 0)])
+def test_decode_rejects_bad_records(record):
+    with pytest.raises(cuda_abi.BadRecord):
+        cuda_abi.decode(record)
