@@ -15,9 +15,10 @@ from typing import Any
 
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
 
-from otel_ebpf.config import SIGNALS, Config
+from otel_ebpf.config import Config
 from otel_ebpf.export.factory import DisabledExporter
-from otel_ebpf.export.profiles import OtlpProfileExporter, ProfileBatch, ProfileSample
+from otel_ebpf.export.profile_exporters import build_profile_exporters
+from otel_ebpf.export.profiles import ProfileBatch, ProfileSample
 from otel_ebpf.gpu.ledger import (
     LAUNCH_SAMPLE_TYPES,
     SAMPLE_TYPES,
@@ -70,7 +71,12 @@ class GpuMonitor:
     ) -> None:
         self.tracer = tracer
         self.ledger = MemoryLedger()
+        # two symbolizers, one per thread: the drain thread's names Python frames on
+        # arrival (fast); the export thread's names native frames, which first reads the
+        # symbol tables of large libraries (libtorch_cuda: tens of seconds) and must not
+        # hold up the draining while the processes, and their code objects, still live
         self.symbolizer = Symbolizer(on_python=self._python_found)
+        self._natives = Symbolizer()
         self._exporters = {name: e for name, e in metric_exporters.items()
                            if not isinstance(e, DisabledExporter)}
         self._profile_exporters = dict(profile_exporters or {})
@@ -88,9 +94,9 @@ class GpuMonitor:
         self._launches_seen: dict = {}
         self._last_usage: dict[tuple[int, int, str], tuple[int, int]] = {}
         self._interval_start = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-        self._lock = threading.Lock()  # the thread's work and shutdown's, in turn
+        self._ledger_lock = threading.Lock()  # the ledger and per-process tables
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
     # -- processes
 
@@ -112,26 +118,31 @@ class GpuMonitor:
 
     def start(self) -> None:
         self.scan()
-        self._thread = threading.Thread(target=self._run, name="otel-ebpf-gpu", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._run_drain, name="otel-ebpf-gpu", daemon=True),
+            threading.Thread(target=self._run_export, name="otel-ebpf-gpu-export",
+                             daemon=True)]
+        for t in self._threads:
+            t.start()
 
-    def _run(self) -> None:
+    def _run_drain(self) -> None:
         next_scan = time.monotonic() + self._scan_interval_s
-        next_interval = time.monotonic() + self._interval_s
         while not self._stop.is_set():
             try:
-                with self._lock:
-                    self.drain(self._poll_ms)
-                    now = time.monotonic()
-                    if now >= next_scan:
-                        next_scan = now + self._scan_interval_s
-                        self.scan()
-                    if now >= next_interval:
-                        next_interval = now + self._interval_s
-                        self.flush()
-            except Exception:  # keep profiling: one bad interval must not end it
-                log.exception("GPU monitor: interval failed")
+                self.drain(self._poll_ms)
+                if time.monotonic() >= next_scan:
+                    next_scan = time.monotonic() + self._scan_interval_s
+                    self.scan()
+            except Exception:  # keep profiling: one bad batch must not end it
+                log.exception("GPU monitor: draining failed")
                 self._stop.wait(self._poll_ms / 1000)
+
+    def _run_export(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            try:
+                self.flush()
+            except Exception:  # keep exporting next interval
+                log.exception("GPU monitor: interval failed")
 
     def drain(self, timeout_ms: int = 0) -> int:
         events = self.tracer.poll(timeout_ms)
@@ -146,11 +157,13 @@ class GpuMonitor:
                 self._name_site(ev)
             elif type(ev) is GpuInit:
                 log.debug("pid %d called cuInit", ev.pid)
-        before = self.ledger.unmatched_frees
-        self.ledger.apply(events)
+        with self._ledger_lock:
+            before = self.ledger.unmatched_frees
+            self.ledger.apply(events)
+            unmatched = self.ledger.unmatched_frees
         self._stats.add("gpu.events", sum(1 for ev in events if type(ev) is not GpuInit))
-        if self.ledger.unmatched_frees != before:
-            self._stats.add("gpu.frees.unmatched", self.ledger.unmatched_frees - before)
+        if unmatched != before:
+            self._stats.add("gpu.frees.unmatched", unmatched - before)
         return len(events)
 
     def _name_site(self, ev: GpuAlloc) -> None:
@@ -174,7 +187,7 @@ class GpuMonitor:
         frames = self._sites.get(key)
         if frames is None:
             raw = RawSample(0, pid, pid, 0, "", (), site.stack, (), 0)
-            native = self.symbolizer.stack(raw).frames
+            native = self._natives.stack(raw).frames
             frames = tuple(merge((), native, self._python.get(key, [])))
             if len(self._sites) >= MAX_SITES:
                 self._sites.clear()
@@ -191,12 +204,13 @@ class GpuMonitor:
         launches = self.tracer.launches()
         for pid in {c.pid for c in copies} | {t.pid for t in launches}:
             self._first_seen.setdefault(pid, time.time_ns())
-        memory = self.ledger.snapshot(now)
+        with self._ledger_lock:
+            memory = self.ledger.snapshot(now)
+            usage = self.ledger.usage()
         launched = launch_profiles(launches, self._launches_seen, self._interval_start, now)
         self._interval_start = now
         self._export_profiles(memory, SAMPLE_TYPES)
         self._export_profiles(launched, LAUNCH_SAMPLE_TYPES)
-        usage = self.ledger.usage()
         self._log_changes(usage, memory)
         data = build_metrics(usage, copies, launches, self._resource,
                              lambda pid: self._first_seen.get(pid, 0))
@@ -278,7 +292,12 @@ class GpuMonitor:
                  if not os.path.exists(os.path.join(self._proc_root, str(pid)))}
         if not ended:
             return
+        with self._ledger_lock:
+            self._forget(ended)
+
+    def _forget(self, ended: set[int]) -> None:
         for pid in ended:
+            self._natives.forget(pid)
             self.ledger.end(pid)
             del self._first_seen[pid]
             self.symbolizer.forget(pid)
@@ -295,29 +314,26 @@ class GpuMonitor:
     def shutdown(self) -> None:
         """Stop the thread, drain what the kernel holds and report a last interval."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10.0)
-        with self._lock:
-            self.drain(0)
-            self.flush()
+        for t in self._threads:
+            t.join(30.0)
+        self.drain(0)
+        self.flush()
         self.symbolizer.close()
+        self._natives.close()
         self.tracer.close()
 
 
 
 
 def profile_exporters(cfg: Config) -> dict[str, Any]:
-    """The `profiles` pipelines' OTLP exporters, where the config has that signal. Other
-    exporter types of that pipeline are left to the profiling side's factory (logged)."""
-    if "profiles" not in SIGNALS:
+    """The `profiles` pipelines' exporters (the CPU profiler's factory); pprof and folded
+    files are named gpu-<time>, apart from the CPU profiles' cpu-<time>."""
+    if not any(p.signal == "profiles" for p in cfg.pipelines.values()):
         return {}
-    out: dict[str, Any] = {}
-    for name, settings in cfg.exporters_for("profiles").items():
-        if name.split("/")[0] == "otlp" and settings.get("endpoint", None) != "":
-            out[name] = OtlpProfileExporter(settings)
-        else:
-            log.info("GPU profiles: exporter %s is not connected to GPU profiles", name)
-    return out
+    exporters, off = build_profile_exporters(cfg.exporters_for("profiles"), prefix="gpu")
+    for line in off:
+        log.info("GPU profiles: %s", line)
+    return exporters
 
 
 def start_gpu_monitor(cfg: Config, libbpf_log: LibbpfLog,

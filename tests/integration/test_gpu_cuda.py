@@ -235,11 +235,53 @@ def test_monitor_profiles_and_metrics(built, tracer):
 
 def test_cuinit_is_reported(built, tracer):
     """cuInit reaches user space (the process is looked at before it allocates)."""
-    app = App.__new__(App)
-    tracer.probes.attach(str(built / "libcuda.so.1"))
-    app.__init__(built)  # cuInit ran before `ready 1`
+    assert tracer.probes.attach(str(built / "libcuda.so.1"))
+    app = App(built)  # it calls cuInit before printing `ready 1`
     try:
         events = poll_until(tracer, 1)
         assert any(type(e) is GpuInit and e.pid == app.proc.pid for e in events)
     finally:
         app.close()
+
+
+def test_python_allocation_sites(built, tracer):
+    """A Python caller's frames come with its allocations (the CPU profiler's walk, run at
+    the allocation's return), named while the process lives."""
+    import sys
+
+    from otel_ebpf.profiling.frames import PYTHON
+
+    profiles = _Profiles()
+    monitor = GpuMonitor(tracer, {}, ProcessResources(), Stats(),
+                         profile_exporters={"p": profiles}, interval_s=3600)
+    assert tracer.probes.attach(str(built / "libcuda.so.1"))
+    proc = subprocess.Popen([sys.executable, str(SRC / "py_app.py"),
+                             str(built / "libcuda.so.1")], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        # cuInit came first: the interpreter is registered before the allocations
+        deadline = time.monotonic() + 10
+        while proc.pid not in monitor._pythons and time.monotonic() < deadline:
+            monitor.drain(100)
+        assert proc.pid in monitor._pythons
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        proc.stdout.readline()
+        deadline = time.monotonic() + 10
+        while len(monitor.ledger.live_allocations(proc.pid)) < 2 and \
+                time.monotonic() < deadline:
+            monitor.drain(100)
+        monitor.flush()
+    finally:
+        proc.stdin.close()
+        proc.wait(10)
+    memory = next(b for b in profiles.batches if b.sample_types[0][0] == "alloc_objects")
+    sites = {}
+    for s in memory.samples:
+        python = [(f.name, f.line) for f in s.stack if f.kind == PYTHON]
+        sites[python[0][0] if python else None] = (s.values[3], python)
+    assert sites["load_weights"][0] == 256 * MiB
+    assert sites["make_activations"][0] == 1024 * MiB
+    # the caller below it: the module's code
+    assert [name for name, _ in sites["load_weights"][1]][:2] == ["load_weights", "<module>"]
