@@ -24,8 +24,8 @@ from otel_ebpf.gpu.monitor import GpuMonitor, start_gpu_monitor
 from otel_ebpf.kernel.abi import ConnOpen, ProcessExec, ProcessExit
 from otel_ebpf.kernel.libbpf import LibbpfLog
 from otel_ebpf.kernel.socket_tracer import CaptureSettings, SocketTracer
-from otel_ebpf.protocols.registry import Registry
 from otel_ebpf.profiling.links import ActiveSpans, ServerThreads
+from otel_ebpf.protocols.registry import Registry
 from otel_ebpf.spans.clock import KernelClock
 from otel_ebpf.spans.redact import QueryRedactor
 from otel_ebpf.spans.resources import ProcessResources

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from opentelemetry.sdk.trace import ReadableSpan
-
 from otel_ebpf.protocols.base import (
     ConnInfo,
     NeutralSpan,
@@ -13,6 +12,7 @@ from otel_ebpf.protocols.base import (
     SpanLink,
     StatusCode,
 )
+
 from otel_ebpf.spans.clock import KernelClock
 from otel_ebpf.spans.convert import resource_for, to_readable
 
