@@ -5,8 +5,6 @@ exported sums count through."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from otel_ebpf.export.factory import build_metric_exporters
@@ -16,63 +14,7 @@ from otel_ebpf.rdma.ports import COUNTERS
 from otel_ebpf.spans.resources import ProcessResources
 from otel_ebpf.telemetry import Stats
 from tests.support.otlp_metrics import find, read_points
-
-# The files of /sys/class/infiniband/mlx5_0/ports/N/counters (the IB PMA, every driver) and
-# hw_counters (mlx5_ib's Q counters, congestion and retransmission counters; `lifespan`
-# is a setting in ms, not a counter), as a ConnectX-6 Dx in RoCE mode shows them.
-PMA = ["VL15_dropped", "excessive_buffer_overrun_errors", "link_downed", "link_error_recovery",
-       "local_link_integrity_errors", "multicast_rcv_packets", "multicast_xmit_packets",
-       "port_rcv_constraint_errors", "port_rcv_data", "port_rcv_errors", "port_rcv_packets",
-       "port_rcv_remote_physical_errors", "port_rcv_switch_relay_errors",
-       "port_xmit_constraint_errors", "port_xmit_data", "port_xmit_discards",
-       "port_xmit_packets", "port_xmit_wait", "symbol_error", "unicast_rcv_packets",
-       "unicast_xmit_packets"]
-HW = ["duplicate_request", "implied_nak_seq_err", "lifespan", "local_ack_timeout_err",
-      "np_cnp_sent", "np_ecn_marked_roce_packets", "out_of_buffer", "out_of_sequence",
-      "packet_seq_err", "req_cqe_error", "req_cqe_flush_error", "req_remote_access_errors",
-      "req_remote_invalid_request", "resp_cqe_error", "resp_cqe_flush_error",
-      "resp_local_length_error", "resp_remote_access_errors", "rnr_nak_retry_err",
-      "roce_adp_retrans", "roce_adp_retrans_to", "roce_slow_restart", "roce_slow_restart_cnps",
-      "roce_slow_restart_trans", "rp_cnp_handled", "rp_cnp_ignored", "rx_atomic_requests",
-      "rx_dct_connect", "rx_icrc_encapsulated", "rx_read_requests", "rx_write_requests"]
-NETDEVS = {1: "ens1f0np0", 2: "ens1f1np1"}
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text + "\n")
-
-
-def make_mlx5(root: Path) -> Path:
-    """/sys/class/infiniband/mlx5_0 with ports 1 (ACTIVE) and 2 (DOWN); every counter 0."""
-    dev = root / "class" / "infiniband" / "mlx5_0"
-    for name, text in {"node_type": "1: CA", "hca_type": "MT4125", "fw_ver": "22.39.1002",
-                       "node_guid": "0c42:a103:0065:2c4e", "board_id": "MT_0000000359",
-                       "sys_image_guid": "0c42:a103:0065:2c4e"}.items():
-        _write(dev / name, text)
-    for port, netdev in NETDEVS.items():
-        p = dev / "ports" / str(port)
-        _write(p / "link_layer", "Ethernet")
-        _write(p / "state", "4: ACTIVE" if port == 1 else "1: DOWN")
-        _write(p / "phys_state", "5: LinkUp" if port == 1 else "3: Disabled")
-        _write(p / "rate", "100 Gb/sec (2X HDR)" if port == 1 else "40 Gb/sec (4X QDR)")
-        _write(p / "lid", "0x0")
-        _write(p / "cap_mask", "0x00010000")
-        _write(p / "gids" / "0", f"fe80:0000:0000:0000:0e42:a1ff:fe65:2c4{port - 1}")
-        _write(p / "gid_attrs" / "types" / "0", "IB/RoCE v1")
-        _write(p / "gid_attrs" / "ndevs" / "0", netdev)
-        for name in PMA:
-            _write(p / "counters" / name, "0")
-        for name in HW:
-            _write(p / "hw_counters" / name, "10" if name == "lifespan" else "0")
-        _write(dev / "device" / "net" / netdev / "dev_port", str(port - 1))
-    return dev
-
-
-def set_counters(dev: Path, port: int, **values: int) -> None:
-    for name, value in values.items():
-        where = "counters" if name in PMA else "hw_counters"
-        _write(dev / "ports" / str(port) / where / name, str(value))
+from tests.support.rdma.mlx5_sysfs import HW, NETDEVS, PMA, make_mlx5, set_counters, write
 
 
 @pytest.fixture
@@ -177,13 +119,13 @@ def test_ipoib_netdev_is_found_by_dev_port(tmp_path, receiver):
     dev = make_mlx5(tmp_path / "sys")
     for port in (1, 2):  # InfiniBand: no RoCE GID netdevs; IPoIB interfaces under the device
         (dev / "ports" / str(port) / "gid_attrs" / "ndevs" / "0").unlink()
-        _write(dev / "ports" / str(port) / "link_layer", "InfiniBand")
+        write(dev / "ports" / str(port) / "link_layer", "InfiniBand")
     for netdev in NETDEVS.values():
         for f in (dev / "device" / "net" / netdev).iterdir():
             f.unlink()
         (dev / "device" / "net" / netdev).rmdir()
-    _write(dev / "device" / "net" / "ib0" / "dev_port", "0")
-    _write(dev / "device" / "net" / "ib1" / "dev_port", "1")
+    write(dev / "device" / "net" / "ib0" / "dev_port", "0")
+    write(dev / "device" / "net" / "ib1" / "dev_port", "1")
     r.export()
     points = read_points(out)[0]
     assert _value(points, "rdma.port.up", 1).attributes["network.interface.name"] == "ib0"
