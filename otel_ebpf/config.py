@@ -572,7 +572,7 @@ _PROCESSORS = _Map(
             {
                 "send_batch_size": _Int(1, 1_048_576, 512),
                 "timeout": _Duration("1ms", "60s", "1s"),
-                "max_queue_size": _Int(1, 16_777_216, 2048),
+                "max_queue_size": _Int(1, 16_777_216, 16384),
             },
             after=_check_batch,
         )

@@ -31,7 +31,7 @@ class ExportQueue:
         exporter: SpanExporter,
         name: str,
         stats: Stats,
-        max_queue_size: int = 2048,
+        max_queue_size: int = 16384,
         max_batch_size: int = 512,
         schedule_delay_s: float = 1.0,
     ) -> None:

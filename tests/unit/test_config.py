@@ -67,7 +67,7 @@ def test_default_values():
         "llm": {"capture_content": False, "max_content_bytes": 4096, "body_limit": 1 << 20},
     }
     assert (r.capture_llm_max_bytes, r.capture_llm_tail_bytes) == (16384, 4096)
-    assert c.processors == Processors(512, 1.0, 2048) == Processors()
+    assert c.processors == Processors(512, 1.0, 16384) == Processors()
     assert c.telemetry == Telemetry("info", 10.0) == Telemetry()
     assert {n: (e.type, e.settings) for n, e in c.exporters.items()} == {
         "debug": ("debug", {"verbosity": "basic"}),
