@@ -143,7 +143,8 @@ class Correlator:
         self.requests: OrderedDict[tuple[tuple[int, int, int], int], Request] = OrderedDict()
         self.clients: OrderedDict[WireKey, Request] = OrderedDict()  # awaiting their server
         self.waiting: OrderedDict[WireKey, Request] = OrderedDict()  # servers awaiting client
-        self.open: defaultdict[int, list[Request]] = defaultdict(list)  # server requests by pid
+        # server requests by pid, by identity: one leaves in O(1) when its span comes
+        self.open: defaultdict[int, dict[int, Request]] = defaultdict(dict)
         # server requests whose response has not begun, by connection: a response finds its
         # request here without scanning every open request of the process
         self.unanswered: defaultdict[tuple[int, int, int], list[Request]] = defaultdict(list)
@@ -228,12 +229,12 @@ class Correlator:
         read = self.task_reads.get((req.pid, req.task))
         if read is None:
             return None
-        began = [s for s in self.open.get(req.pid, ())
+        began = [s for s in self.open.get(req.pid, {}).values()
                  if s.conn_key == read.key and read.pos <= s.stream_pos < read.end]
         return began[0] if len(began) == 1 else None
 
     def _server_request(self, req: Request) -> None:
-        self.open[req.pid].append(req)
+        self.open[req.pid][id(req)] = req
         self.unanswered[req.conn_key].append(req)
         key = req.wire_key
         client = self.clients.pop(key, None) if key else None
@@ -278,7 +279,7 @@ class Correlator:
         if req.task and (owner := self._request_of_task(req)) is not None:
             req.parent, req.evidence = owner, "task"
             return
-        candidates = [s for s in self.open.get(req.pid, ())
+        candidates = [s for s in self.open.get(req.pid, {}).values()
                       if s.ready_ns <= req.start_ns < s.done_ns]
         if not candidates:
             return  # made outside any request: a root
@@ -306,10 +307,8 @@ class Correlator:
     def _close_server(self, req: Request) -> None:
         if req.role == Role.SERVER:
             reqs = self.open.get(req.pid)
-            if reqs is not None and req in reqs:
-                reqs.remove(req)
-                if not reqs:
-                    del self.open[req.pid]
+            if reqs is not None and reqs.pop(id(req), None) is not None and not reqs:
+                del self.open[req.pid]
             waiting = self.unanswered.get(req.conn_key)
             if waiting is not None and req in waiting:  # its span came without a response
                 waiting.remove(req)

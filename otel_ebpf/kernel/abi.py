@@ -158,6 +158,9 @@ def _decode_close(buf: bytes) -> ConnClose:
     return ConnClose(key=(pid, fd, gen), ts_ns=ts, bytes_sent=sent, bytes_recv=recv)
 
 
+_DIRECTIONS = (Direction(0), Direction(1))  # indexing, not Enum.__call__, per event
+
+
 def _decode_data(buf: bytes) -> DataEvent:
     (_, tid, enter, pid, fd, gen, exit_ns, pos, msg_len, captured, seq, direction, flags,
      tail_len, praw, pport, pfam, task) = DATA.unpack_from(buf)
@@ -168,7 +171,7 @@ def _decode_data(buf: bytes) -> DataEvent:
         tid=tid,
         enter_ns=enter,
         exit_ns=exit_ns,
-        direction=Direction(direction & 1),
+        direction=_DIRECTIONS[direction & 1],
         pos=pos,
         msg_len=msg_len,
         tcp_seq=None if flags & DATA_F_NO_SEQ else seq,

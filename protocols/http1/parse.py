@@ -271,6 +271,8 @@ class _Head:
         self.complete = True
 
     def values(self, name: str) -> list[str]:
+        if name not in self.firsts:  # the usual answer, without a scan of every field
+            return []
         return [v for k, v in self.fields if k == name]
 
     def first(self, name: str) -> str:
