@@ -46,7 +46,9 @@ def _key_value(key: str, value: Any) -> bytes:
     cache_key = (key, tuple(value) if type(value) is list else value)
     encoded = _pairs.get(cache_key)
     if encoded is None:
-        encoded = orjson.dumps({"key": key, "value": _value(value)})
+        # a copy of exact size: orjson's result keeps its ~4 KB write buffer, which, kept
+        # for every pair, was most of the agent's memory with many connections
+        encoded = memoryview(orjson.dumps({"key": key, "value": _value(value)})).tobytes()
         if len(_pairs) >= _PAIR_CACHE_MAX:
             _pairs.clear()
         _pairs[cache_key] = encoded
