@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from otel_ebpf.config import Config
 from otel_ebpf.conntrack.table import ConnTable
@@ -20,7 +21,6 @@ from otel_ebpf.export.factory import (
 )
 from otel_ebpf.export.pipeline import MetricsPipeline, TracePipeline
 from otel_ebpf.export.span_metrics import SpanMetrics, gather_instruments
-from otel_ebpf.gpu.monitor import GpuMonitor, start_gpu_monitor
 from otel_ebpf.kernel.abi import ConnOpen, ProcessExec, ProcessExit
 from otel_ebpf.kernel.libbpf import LibbpfLog
 from otel_ebpf.kernel.socket_tracer import CaptureSettings, SocketTracer
@@ -30,6 +30,9 @@ from otel_ebpf.spans.clock import KernelClock
 from otel_ebpf.spans.redact import QueryRedactor
 from otel_ebpf.spans.resources import ProcessResources
 from otel_ebpf.telemetry import Stats
+
+if TYPE_CHECKING:  # the GPU monitor is imported when it is enabled
+    from otel_ebpf.gpu.monitor import GpuMonitor
 
 log = logging.getLogger("otel_ebpf")
 
@@ -136,6 +139,7 @@ class Agent:
                  self.tracer.programs, ", ".join(p.name for p in self.registry.parsers),
                  ", ".join(layer.name for layer in self.registry.layers) or "none")
         if self.cfg.receiver.gpu_enabled:
+            from otel_ebpf.gpu.monitor import start_gpu_monitor  # noqa: PLC0415
             self.gpu = start_gpu_monitor(self.cfg, self.libbpf_log, self._metric_exporters,
                                          self.resources, self.stats)
         if self.server_threads is not None:

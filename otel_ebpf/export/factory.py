@@ -14,32 +14,27 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-import grpc
-from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
-    OTLPMetricExporter as GrpcMetricExporter,
-)
-from opentelemetry.exporter.otlp.proto.http import Compression as HttpCompression
-from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
-    OTLPMetricExporter as HttpMetricExporter,
-)
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-    OTLPSpanExporter as HttpSpanExporter,
-)
 from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_ebpf.export.debug import DebugMetricExporter, DebugSpanExporter
 from otel_ebpf.export.file import FileMetricExporter, FileSpanExporter
-from otel_ebpf.export.otlp_grpc import GrpcSpanExporter
 
 Config = Mapping[str, Any]
 
-_GRPC_COMPRESSION = {"gzip": grpc.Compression.Gzip, "none": grpc.Compression.NoCompression}
-_HTTP_COMPRESSION = {
-    "gzip": HttpCompression.Gzip,
-    "deflate": HttpCompression.Deflate,
-    "none": HttpCompression.NoCompression,
-}
+# The OTLP exporters (grpc, protobuf, the SDK's exporters: ~20 MB resident) are imported
+# when a config names one, not by every agent: the file and debug exporters need none.
+
+
+def _grpc_compression() -> dict[str, Any]:
+    import grpc  # noqa: PLC0415 (see above)
+    return {"gzip": grpc.Compression.Gzip, "none": grpc.Compression.NoCompression}
+
+
+def _http_compression() -> dict[str, Any]:
+    from opentelemetry.exporter.otlp.proto.http import Compression  # noqa: PLC0415
+    return {"gzip": Compression.Gzip, "deflate": Compression.Deflate,
+            "none": Compression.NoCompression}
 
 
 class ExporterConfigError(ValueError):
@@ -108,12 +103,13 @@ def _grpc_kwargs(cfg: Config, name: str) -> dict[str, Any]:
         # OTEL_EXPORTER_OTLP_INSECURE, then TLS by default, as the OTel spec says
         "insecure": True if tls.get("insecure") else None,
         "timeout": _timeout(cfg),
-        "compression": _compression(cfg, _GRPC_COMPRESSION, name),
+        "compression": _compression(cfg, _grpc_compression(), name),
     }
     if headers := cfg.get("headers"):
         # gRPC metadata keys must be lower-case: grpcio rejects the call otherwise
         kwargs["headers"] = {str(k).lower(): str(v) for k, v in headers.items()}
     if not tls.get("insecure") and any(tls.get(k) for k in ("ca_file", "cert_file", "key_file")):
+        import grpc  # noqa: PLC0415 (imported when used)
         kwargs["credentials"] = grpc.ssl_channel_credentials(
             root_certificates=_read(tls.get("ca_file"), "ca_file", name),
             private_key=_read(tls.get("key_file"), "key_file", name),
@@ -134,7 +130,7 @@ def _http_kwargs(cfg: Config, name: str, signal: str) -> dict[str, Any]:
         "client_certificate_file": tls.get("cert_file"),
         "client_key_file": tls.get("key_file"),
         "timeout": _timeout(cfg),
-        "compression": _compression(cfg, _HTTP_COMPRESSION, name),
+        "compression": _compression(cfg, _http_compression(), name),
     }
     if headers := cfg.get("headers"):
         kwargs["headers"] = {str(k): str(v) for k, v in headers.items()}
@@ -146,15 +142,41 @@ def _drop_none(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
+def _grpc_spans(cfg: Config, name: str) -> SpanExporter:
+    from otel_ebpf.export.otlp_grpc import GrpcSpanExporter  # noqa: PLC0415
+    return GrpcSpanExporter(**_drop_none(_grpc_kwargs(cfg, name)))
+
+
+def _http_spans(cfg: Config, name: str) -> SpanExporter:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
+        OTLPSpanExporter,
+    )
+    return OTLPSpanExporter(**_drop_none(_http_kwargs(cfg, name, "traces")))
+
+
+def _grpc_metrics(cfg: Config, name: str) -> MetricExporter:
+    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (  # noqa: PLC0415
+        OTLPMetricExporter,
+    )
+    return OTLPMetricExporter(**_drop_none(_grpc_kwargs(cfg, name)))
+
+
+def _http_metrics(cfg: Config, name: str) -> MetricExporter:
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import (  # noqa: PLC0415
+        OTLPMetricExporter,
+    )
+    return OTLPMetricExporter(**_drop_none(_http_kwargs(cfg, name, "metrics")))
+
+
 _SPAN_BUILDERS: dict[str, Callable[[Config, str], SpanExporter]] = {
-    "otlp": lambda cfg, name: GrpcSpanExporter(**_drop_none(_grpc_kwargs(cfg, name))),
-    "otlphttp": lambda cfg, name: HttpSpanExporter(**_drop_none(_http_kwargs(cfg, name, "traces"))),
+    "otlp": _grpc_spans,
+    "otlphttp": _http_spans,
     "file": lambda cfg, name: FileSpanExporter(_path(cfg, name)),
     "debug": lambda cfg, name: DebugSpanExporter(cfg.get("verbosity", "basic")),
 }
 _METRIC_BUILDERS: dict[str, Callable[[Config, str], MetricExporter]] = {
-    "otlp": lambda cfg, name: GrpcMetricExporter(**_drop_none(_grpc_kwargs(cfg, name))),
-    "otlphttp": lambda cfg, name: HttpMetricExporter(**_drop_none(_http_kwargs(cfg, name, "metrics"))),
+    "otlp": _grpc_metrics,
+    "otlphttp": _http_metrics,
     "file": lambda cfg, name: FileMetricExporter(_path(cfg, name)),
     "debug": lambda cfg, name: DebugMetricExporter(cfg.get("verbosity", "basic")),
 }

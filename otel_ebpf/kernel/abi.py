@@ -6,6 +6,7 @@ offset here against it, so the two cannot drift apart silently.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 import struct
@@ -52,8 +53,11 @@ AGENT_CONFIG = struct.Struct(f"<12I{MAX_WIDE_KEYS}Q")  # struct agent_config
 AF_NAMES = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6", socket.AF_UNIX: "unix"}
 
 
+@functools.lru_cache(maxsize=4096)
 def format_addr(raw: bytes, family: int) -> str:
-    """Text form of an address; IPv4-mapped IPv6 addresses are shown as IPv4."""
+    """Text form of an address; IPv4-mapped IPv6 addresses are shown as IPv4. Cached:
+    a host talks to few peers, and every connection then shares one string per address
+    (with ~10k connections tracked, a string each was megabytes)."""
     if family == socket.AF_INET:
         return socket.inet_ntop(socket.AF_INET, raw[:4])
     if family == socket.AF_INET6:
@@ -134,6 +138,12 @@ class ProcessExec:
 Event = ConnOpen | ConnClose | DataEvent | ProcessExit | TaskNew | ProcessExec
 
 
+@functools.lru_cache(maxsize=1024)
+def _comm(raw: bytes) -> str:
+    """A process's command name, one string per name."""
+    return raw.split(b"\0", 1)[0].decode(errors="replace")
+
+
 def _decode_open(buf: bytes) -> ConnOpen:
     (_, tid, ts, pid, fd, gen, lraw, lport, lfam, rraw, rport, rfam, role, flags, comm) = (
         CONN_OPEN.unpack_from(buf)
@@ -149,7 +159,7 @@ def _decode_open(buf: bytes) -> ConnOpen:
         local_port=lport,
         remote_addr=format_addr(rraw, rfam),
         remote_port=rport,
-        comm=comm.split(b"\0", 1)[0].decode(errors="replace"),
+        comm=_comm(comm),
     )
 
 

@@ -189,7 +189,7 @@ class _Stream:
         self.body: Body | None = None
         self.size = 0  # bytes of the message consumed so far, interim 1xx heads included
         self.remaining = 0  # bytes left in the body (READ_LENGTH) or chunk (READ_CHUNK...)
-        self.interim: list[int] = []
+        self.interim: tuple[int, ...] = ()  # rare: a tuple, not a list per message
 
 
 @functools.lru_cache(maxsize=16)
@@ -397,7 +397,7 @@ def _response_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) ->
     status = parser.get_status_code()
     if 100 <= status < 200 and status != 101:
         # interim (100 Continue, 103 Early Hints): part of the exchange, the answer follows
-        s.interim.append(status)
+        s.interim += (status,)
         s.size += end
         return NEED, None, end
     sent = state.sent.popleft() if state.sent else _UNKNOWN_REQUEST
@@ -411,7 +411,7 @@ def _response_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) ->
         status=status,
         reason=head.reason.decode("latin-1"),
         index=sent.index,
-        interim=tuple(s.interim),
+        interim=s.interim,
         upgraded=body is Body.TUNNEL,
         layer=sent.layer,
         body=None if sent.layer is None else BodyCapture(limit=sent.layer.body_limit),
