@@ -209,14 +209,17 @@ class GpuMonitor:
             usage = self.ledger.usage()
         launched = launch_profiles(launches, self._launches_seen, self._interval_start, now)
         self._interval_start = now
-        self._export_profiles(memory, SAMPLE_TYPES)
-        self._export_profiles(launched, LAUNCH_SAMPLE_TYPES)
-        self._log_changes(usage, memory)
+        # metrics first: naming the sites of profiles may first read the symbol tables of
+        # a large library (libtorch_cuda: a minute on the H200 run), and the interval's
+        # in-use and peak figures must not wait for that
         data = build_metrics(usage, copies, launches, self._resource,
                              lambda pid: self._first_seen.get(pid, 0))
         if data is not None:
             self._export_metrics(data)
         self._update_counters()
+        self._export_profiles(memory, SAMPLE_TYPES)
+        self._export_profiles(launched, LAUNCH_SAMPLE_TYPES)
+        self._log_changes(usage, memory)
         self._forget_ended()
         return memory + launched
 
