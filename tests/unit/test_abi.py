@@ -3,13 +3,12 @@ compile the header with the host compiler and compare."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from otel_ebpf.kernel import abi
+from tests.support.c_layout import c_layout as build_and_read
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,15 +45,7 @@ int main(void) {
 
 @pytest.fixture(scope="module")
 def c_layout(tmp_path_factory) -> dict[str, str]:
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
-        pytest.fail("a C compiler is needed to check the ABI (make install brings clang)")
-    tmp = tmp_path_factory.mktemp("abi")
-    (tmp / "probe.c").write_text(PROBE)
-    subprocess.run([cc, "-I", str(REPO / "bpf/include"), "-o", str(tmp / "probe"),
-                    str(tmp / "probe.c")], check=True)
-    out = subprocess.run([str(tmp / "probe")], capture_output=True, text=True, check=True)
-    return dict(line.split(" ", 1) for line in out.stdout.splitlines())
+    return build_and_read(PROBE, tmp_path_factory.mktemp("abi"))
 
 
 def test_sizes(c_layout):

@@ -14,6 +14,7 @@ import pytest
 
 from otel_ebpf.kernel import rdma_abi as abi
 from otel_ebpf.kernel.uprobes import file_offsets
+from tests.support.c_layout import c_layout as build_and_read
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,17 +70,9 @@ int main(void) {
 
 @pytest.fixture(scope="module")
 def c_layout(tmp_path_factory) -> dict[str, str]:
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
-        pytest.fail("a C compiler is needed to check the ABI (make install brings clang)")
     if not Path("/usr/include/infiniband/verbs.h").is_file():
         pytest.fail("<infiniband/verbs.h> is missing (make install brings libibverbs-dev)")
-    tmp = tmp_path_factory.mktemp("rdma_abi")
-    (tmp / "probe.c").write_text(PROBE)
-    subprocess.run([cc, "-I", str(REPO / "bpf/include"), "-o", str(tmp / "probe"),
-                    str(tmp / "probe.c")], check=True)
-    out = subprocess.run([str(tmp / "probe")], capture_output=True, text=True, check=True)
-    return dict(line.split(" ", 1) for line in out.stdout.splitlines())
+    return build_and_read(PROBE, tmp_path_factory.mktemp("rdma_abi"))
 
 
 def test_offsets_read_by_the_probes_are_rdma_cores(c_layout):
