@@ -1,10 +1,12 @@
 """ELF files for symbolization: function symbols (.symtab, else .dynsym), build id, load
-segments, and initialized data by virtual address. Parsed once per build id (pyelftools)."""
+segments, and initialized data by virtual address. Parsed once per build id (pyelftools for
+the structure; symbol tables unpacked in bulk, names read when asked for)."""
 
 from __future__ import annotations
 
 import bisect
 import os
+import struct
 import threading
 from dataclasses import dataclass
 
@@ -32,40 +34,60 @@ class ElfInfo:
             self.is_pie_or_dso = elf.header["e_type"] == "ET_DYN"
             self.segments = [Segment(s["p_vaddr"], s["p_offset"], s["p_filesz"], s["p_memsz"])
                              for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
-            funcs: dict[int, tuple[int, str]] = {}
-            self.objects: dict[str, tuple[int, int]] = {}
+            funcs: dict[int, tuple[int, int, int]] = {}  # start -> (size, table, name at)
+            objects: dict[int, tuple[int, int, int]] = {}
+            self._strtabs: list[bytes] = []
             # .symtab has static functions too; .dynsym is what a stripped file keeps
             for name in (".dynsym", ".symtab"):
                 sec = elf.get_section_by_name(name)
                 if not isinstance(sec, SymbolTableSection):
                     continue
-                for sym in sec.iter_symbols():
-                    kind, value = sym["st_info"]["type"], sym["st_value"]
-                    if not value or not sym.name:
+                self._strtabs.append(elf.get_section(sec["sh_link"]).data())
+                table = len(self._strtabs) - 1
+                for name_at, info, value, size in _raw_symbols(elf, sec.data()):
+                    if not value or not name_at:
                         continue
-                    if kind in ("STT_FUNC", "STT_GNU_IFUNC"):
-                        funcs[value] = (sym["st_size"], sym.name)
-                    elif kind in ("STT_OBJECT", "STT_TLS"):
-                        self.objects[sym.name] = (value, sym["st_size"])
+                    kind = info & 0xF
+                    if kind in _FUNC_TYPES:
+                        funcs[value] = (size, table, name_at)
+                    elif kind in _OBJECT_TYPES:
+                        objects[value] = (size, table, name_at)
         self._starts = sorted(funcs)
         self._funcs = [funcs[a] for a in self._starts]
+        self._object_syms = objects
+        self._objects: dict[str, tuple[int, int]] | None = None
         self.min_vaddr = min((s.vaddr & ~0xFFF for s in self.segments), default=0)
+
+    def _name(self, table: int, at: int) -> str:
+        strtab = self._strtabs[table]
+        end = strtab.find(b"\0", at)
+        return strtab[at:end if end >= 0 else len(strtab)].decode(errors="replace")
+
+    @property
+    def objects(self) -> dict[str, tuple[int, int]]:
+        """Data symbols by name: (address, size). Named on first use (the interpreter's
+        _PyRuntime and Py_Version are what is looked up; most files never are)."""
+        if self._objects is None:
+            self._objects = {self._name(t, at): (value, size)
+                             for value, (size, t, at) in self._object_syms.items()}
+        return self._objects
 
     def symbol(self, vaddr: int) -> tuple[str, int] | None:
         """(function name, offset in it) for an address in the file's own address space."""
         i = bisect.bisect_right(self._starts, vaddr) - 1
         if i < 0:
             return None
-        size, name = self._funcs[i]
+        size, table, at = self._funcs[i]
         off = vaddr - self._starts[i]
         # a size of 0 (hand-written assembly) is taken as reaching the next symbol
         if size and off >= size:
             return None
-        return name, off
+        return self._name(table, at), off
 
     def function_range(self, name: str) -> tuple[int, int] | None:
-        for start, (size, fname) in zip(self._starts, self._funcs, strict=True):
-            if fname == name:
+        wanted = name.encode() + b"\0"
+        for start, (size, table, at) in zip(self._starts, self._funcs, strict=True):
+            if self._strtabs[table].startswith(wanted, at):
                 return start, start + max(size, 1)
         return None
 
@@ -83,6 +105,24 @@ class ElfInfo:
                     f.seek(s.offset + vaddr - s.vaddr)
                     return f.read(size)
         return None
+
+
+# st_info's low nibble: STT_FUNC, STT_GNU_IFUNC; STT_OBJECT, STT_TLS
+_FUNC_TYPES = (2, 10)
+_OBJECT_TYPES = (1, 6)
+
+
+def _raw_symbols(elf: ELFFile, data: bytes):
+    """(name offset, st_info, st_value, st_size) of each Elf32/64_Sym, unpacked in C: a
+    library like libtorch_cuda has millions of symbols, which pyelftools' symbol objects
+    took minutes to go through."""
+    order = "<" if elf.little_endian else ">"
+    if elf.elfclass == 64:  # st_name, st_info, st_other, st_shndx, st_value, st_size
+        for name_at, info, _, _, value, size in struct.iter_unpack(order + "IBBHQQ", data):
+            yield name_at, info, value, size
+    else:  # st_name, st_value, st_size, st_info, st_other, st_shndx
+        for name_at, value, size, info, _, _ in struct.iter_unpack(order + "IIIBBH", data):
+            yield name_at, info, value, size
 
 
 def read_file(path: str, offset: int, size: int) -> bytes:
