@@ -9,6 +9,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "profile_abi.h"
+#include "ancestry.bpf.h"
 #include "py_walk.bpf.h" /* py_procs, and the CPython frame walk */
 
 char LICENSE[] SEC("license") = "GPL";
@@ -60,16 +61,7 @@ static __always_inline bool selected(struct task_struct *task)
 		if (bpf_map_lookup_elem(&target_comms, comm))
 			return true;
 	}
-#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		__u32 tgid = BPF_CORE_READ(task, tgid);
-		if (bpf_map_lookup_elem(&target_pids, &tgid))
-			return true;
-		task = BPF_CORE_READ(task, real_parent);
-		if (!task)
-			break;
-	}
-	return false;
+	return process_or_ancestor_in(&target_pids, task);
 }
 
 SEC("perf_event")

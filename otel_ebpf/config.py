@@ -682,6 +682,7 @@ _PIPELINE = _Map(
 _PIPELINE_NAME = re.compile(r"(?:traces|metrics|profiles)(?:/[A-Za-z0-9_-]+)?")
 # exporter types each signal can use (otlphttp has no profiles endpoint here)
 _PROFILE_EXPORTERS = ("otlp", "pprof", "folded")
+_PROFILE_ONLY_EXPORTERS = ("pprof", "folded")
 
 # What `exporters:` and `service.pipelines:` are when the file leaves them out; the same
 # as config/default.yaml (a unit test holds the two together).
@@ -727,22 +728,17 @@ def _check_pipelines(tree: dict, path: tuple, ctx: _Ctx) -> None:
         signal = name.split("/")[0]
         for i, ref in enumerate(pipe["exporters"]):
             kind = ref.split("/")[0]
-            if (signal == "profiles") != (kind in _PROFILE_EXPORTERS[1:]) and kind != "otlp":
+            if signal == "profiles" and kind not in _PROFILE_EXPORTERS:
                 ctx.fail(where + (name, "exporters", i),
-                         f"an exporter of type {' or '.join(_PROFILE_EXPORTERS)}"
-                         if signal == "profiles" else
+                         f"an exporter of type {' or '.join(_PROFILE_EXPORTERS)}", _show(ref))
+            if signal != "profiles" and kind in _PROFILE_ONLY_EXPORTERS:
+                ctx.fail(where + (name, "exporters", i),
                          f"an exporter for {signal} (pprof and folded write profiles only)",
                          _show(ref))
-        if signal == "profiles" and "ebpf" not in pipe["receivers"]:
+        if signal in ("traces", "profiles") and "ebpf" not in pipe["receivers"]:
             ctx.fail(where + (name, "receivers"),
-                     "a list that includes ebpf, the receiver profiles come from",
+                     f"a list that includes ebpf, the receiver {signal} come from",
                      _show(pipe["receivers"]))
-        if name.split("/")[0] == "traces" and "ebpf" not in pipe["receivers"]:
-            ctx.fail(
-                where + (name, "receivers"),
-                "a list that includes ebpf, the receiver traces come from",
-                _show(pipe["receivers"]),
-            )
         if not pipe["receivers"]:
             ctx.fail(where + (name, "receivers"), "at least one receiver", "[]")
         if not pipe["exporters"]:

@@ -12,6 +12,7 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_tracing.h>
 #include "abi.h"
+#include "ancestry.bpf.h"
 
 #ifdef CAPTURE_MAPS_HERE
 #define CAPTURE_MAP
@@ -316,21 +317,11 @@ static __always_inline void sock_addrs(struct sock *sk, struct addr *local, stru
 	remote->port = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 }
 
-/* Is this process, or one of its ancestors, selected? Walked up a few generations so
- * that workers forked by a selected server (gunicorn, uvicorn --workers) are selected. */
+/* Is this process, or one of its ancestors, selected (ancestry.bpf.h)? */
 static __always_inline bool pid_selected(void)
 {
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		__u32 tgid = BPF_CORE_READ(task, tgid);
-		if (bpf_map_lookup_elem(&target_pids, &tgid))
-			return true;
-		task = BPF_CORE_READ(task, real_parent);
-		if (!task)
-			break;
-	}
-	return false;
+	return process_or_ancestor_in(&target_pids,
+				      (struct task_struct *)bpf_get_current_task());
 }
 
 /* The process's name: its main thread's, not the calling thread's (Cyclone DDS makes its
