@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .factory import exporter_type
 from .pprof import ProfileFileExporter
 from .profiles import OtlpProfileExporter
 
@@ -17,7 +18,7 @@ def build_profile_exporters(exporters_config: Mapping[str, Mapping[str, Any] | N
     off: list[str] = []
     for name, cfg in exporters_config.items():
         cfg = cfg or {}
-        kind = name.partition("/")[0]
+        kind = exporter_type(name)
         if kind == "otlp":
             endpoint = cfg.get("endpoint")
             if isinstance(endpoint, str) and not endpoint.strip():

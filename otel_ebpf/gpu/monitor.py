@@ -13,10 +13,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+from opentelemetry.sdk.metrics.export import MetricExporter
 
 from otel_ebpf.config import Config
-from otel_ebpf.export.factory import DisabledExporter
+from otel_ebpf.export.metrics_send import MetricsSender
 from otel_ebpf.export.profile_exporters import build_profile_exporters
 from otel_ebpf.export.profiles import ProfileBatch, ProfileSample
 from otel_ebpf.gpu.ledger import (
@@ -28,11 +28,10 @@ from otel_ebpf.gpu.ledger import (
     launch_profiles,
 )
 from otel_ebpf.gpu.metrics import build_metrics
-from otel_ebpf.kernel.cpu_sampler import PY_F_ENTRY, RawSample
 from otel_ebpf.kernel.cuda_abi import GpuAlloc, GpuInit
 from otel_ebpf.kernel.cuda_tracer import CudaTracer
 from otel_ebpf.kernel.libbpf import LibbpfLog
-from otel_ebpf.profiling.frames import PYTHON, Frame, merge, python_groups
+from otel_ebpf.profiling.frames import PYTHON, Frame, merge
 from otel_ebpf.profiling.python_procs import Interpreter
 from otel_ebpf.profiling.symbolizer import Symbolizer
 from otel_ebpf.spans.convert import resource_for
@@ -77,8 +76,7 @@ class GpuMonitor:
         # hold up the draining while the processes, and their code objects, still live
         self.symbolizer = Symbolizer(on_python=self._python_found)
         self._natives = Symbolizer()
-        self._exporters = {name: e for name, e in metric_exporters.items()
-                           if not isinstance(e, DisabledExporter)}
+        self._metrics = MetricsSender(metric_exporters, stats, what="GPU metrics")
         self._profile_exporters = dict(profile_exporters or {})
         self._resources = resources
         self._stats = stats
@@ -175,10 +173,9 @@ class GpuMonitor:
             return
         if len(self._python) >= MAX_SITES:
             self._python.clear()
-        names = self.symbolizer.process(ev.pid).python
-        if names is not None:
-            frames = [names.frame(a & ~PY_F_ENTRY) for a in ev.py]
-            self._python[key] = python_groups(frames, [bool(a & PY_F_ENTRY) for a in ev.py])
+        groups = self.symbolizer.python(ev.pid, ev.py)
+        if groups is not None:
+            self._python[key] = groups
 
     def site_frames(self, pid: int, site: Site) -> tuple[Frame, ...]:
         """The site's frames, innermost first: native frames with the Python frames in
@@ -186,8 +183,7 @@ class GpuMonitor:
         key = (pid, site)
         frames = self._sites.get(key)
         if frames is None:
-            raw = RawSample(0, pid, pid, 0, "", (), site.stack, (), 0)
-            native = self._natives.stack(raw).frames
+            native = self._natives.native(pid, site.stack)
             frames = tuple(merge((), native, self._python.get(key, [])))
             if len(self._sites) >= MAX_SITES:
                 self._sites.clear()
@@ -215,7 +211,7 @@ class GpuMonitor:
         data = build_metrics(usage, copies, launches, self._resource,
                              lambda pid: self._first_seen.get(pid, 0))
         if data is not None:
-            self._export_metrics(data)
+            self._metrics.send(data)
         self._update_counters()
         self._export_profiles(memory, SAMPLE_TYPES)
         self._export_profiles(launched, LAUNCH_SAMPLE_TYPES)
@@ -274,16 +270,6 @@ class GpuMonitor:
 
     def _resource(self, pid: int):
         return resource_for(self._resources.get(pid))
-
-    def _export_metrics(self, data) -> None:
-        for name, exporter in self._exporters.items():
-            try:
-                result = exporter.export(data, timeout_millis=10_000)
-            except Exception:  # one backend's failure costs the others nothing
-                log.exception("GPU metrics: exporter %s raised", name)
-                result = MetricExportResult.FAILURE
-            if result is not MetricExportResult.SUCCESS:
-                self._stats.add("metrics.exports_failed", 1, exporter=name, reason="gpu")
 
     def _update_counters(self) -> None:
         kernel = self.tracer.kernel_counters()

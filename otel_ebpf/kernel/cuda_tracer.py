@@ -138,7 +138,6 @@ class CudaProbes(LibraryProbes):
     def __init__(self, obj: BPFObject) -> None:
         super().__init__(obj)
         self.attached: dict[tuple[int, int], str] = {}  # (st_dev, st_ino) -> path
-        self.symbols: dict[str, tuple[str, ...]] = {}  # path -> the symbols it had
         self._covered_pids: set[int] = set()
 
     @property
@@ -169,7 +168,6 @@ class CudaProbes(LibraryProbes):
         if not self.attach_at(path, "GPU (CUDA driver)", probes_for(offsets)):
             return False
         self.attached[ident] = path
-        self.symbols[path] = tuple(s for s in SYMBOLS if s in offsets)
         return True
 
     def scan(self, pids: list[int | str], proc_root: str = "/proc") -> int:
@@ -180,9 +178,8 @@ class CudaProbes(LibraryProbes):
             if int(pid) in self._covered_pids:
                 continue
             before = len(self.attached)
-            paths = libcuda_of(pid, proc_root)
-            if any(self.attach(p) for p in paths) or (
-                    paths and any(_ident(p) in self.attached for p in paths)):
+            # attach() is also True for a file already probed
+            if any(self.attach(p) for p in libcuda_of(pid, proc_root)):
                 self._covered_pids.add(int(pid))
             new += len(self.attached) - before
         return new
@@ -192,14 +189,6 @@ class CudaProbes(LibraryProbes):
         # pids that ended free their slot (a new process may reuse the number)
         self._covered_pids &= set(pids)
         return self.scan(pids, proc_root)
-
-
-def _ident(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)
 
 
 class CudaTracer:

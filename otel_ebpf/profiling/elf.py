@@ -84,13 +84,6 @@ class ElfInfo:
             return None
         return self._name(table, at), off
 
-    def function_range(self, name: str) -> tuple[int, int] | None:
-        wanted = name.encode() + b"\0"
-        for start, (size, table, at) in zip(self._starts, self._funcs, strict=True):
-            if self._strtabs[table].startswith(wanted, at):
-                return start, start + max(size, 1)
-        return None
-
     def vaddr_of_offset(self, file_offset: int) -> int | None:
         for s in self.segments:
             if s.offset <= file_offset < s.offset + max(s.filesz, 1):
@@ -171,7 +164,6 @@ class ElfCache:
         self._by_build_id: dict[str, ElfInfo] = {}
         self._by_file: dict[tuple[int, int, int], ElfInfo | None] = {}
         self._lock = threading.Lock()
-        self.parsed = 0
 
     def get(self, path: str) -> ElfInfo | None:
         try:
@@ -190,9 +182,7 @@ class ElfCache:
             if len(self._by_file) >= self.max_files:
                 self._by_file.clear()
                 self._by_build_id.clear()
-            if info is not None:
-                self.parsed += 1
-                if info.build_id:
-                    info = self._by_build_id.setdefault(info.build_id, info)
+            if info is not None and info.build_id:
+                info = self._by_build_id.setdefault(info.build_id, info)
             self._by_file[key] = info
         return info

@@ -23,11 +23,6 @@ class KernelSymbols:
         self._addrs = [a for a, _ in entries]
         self._names = [n for _, n in entries]
 
-    @property
-    def readable(self) -> bool:
-        """False when kptr_restrict hides addresses (all zero): frames stay unnamed."""
-        return bool(self._addrs)
-
     def lookup(self, addr: int) -> str | None:
         i = bisect.bisect_right(self._addrs, addr) - 1
         return self._names[i] if i >= 0 else None

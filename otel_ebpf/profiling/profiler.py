@@ -58,8 +58,6 @@ class CpuProfiler:
         self.symbolizer = Symbolizer(on_python=self._python_found)
         self.pending: list[Stack] = []
         self.pythons: dict[int, Interpreter] = {}
-        self.samples_total = 0
-        self.batches_exported = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._window_start = time.time_ns()
@@ -111,7 +109,6 @@ class CpuProfiler:
                     self.stats.add("profiles.samples_dropped")
                 continue
             self.pending.append(self.symbolizer.stack(raw))
-        self.samples_total += len(raws)
         if self.stats is not None and raws:
             self.stats.add("profiles.samples", len(raws))
         return len(raws)
@@ -134,8 +131,6 @@ class CpuProfiler:
             if self.stats is not None and batch.samples:
                 self.stats.add("profiles.exported" if ok else "profiles.export_failed",
                                len(batch.samples), exporter=name)
-        if batch.samples:
-            self.batches_exported += 1
         self.spans.prune(cutoff - int(60e9))
         return batch
 

@@ -71,20 +71,25 @@ class Symbolizer:
                 self.on_python(proc.python.interp)
         return proc
 
-    def interpreter(self, pid: int) -> Interpreter | None:
-        py = self.process(pid).python
-        return py.interp if py else None
-
     def stack(self, s: RawSample) -> Stack:
-        proc = self.process(s.pid)
         kernel = [self._kernel_frame(a) for a in s.kstack]
-        native = self._native(proc, s.ustack)
-        groups: list[list[Frame]] = []
-        if s.py and proc.python is not None:
-            names = proc.python
-            py = [names.frame(a & ~PY_F_ENTRY) for a in s.py]
-            groups = python_groups(py, [bool(a & PY_F_ENTRY) for a in s.py])
+        native = self.native(s.pid, s.ustack)
+        groups = (self.python(s.pid, s.py) or []) if s.py else []
         return Stack(s.pid, s.tid, s.ts_ns, s.comm, tuple(merge(kernel, native, groups)))
+
+    def native(self, pid: int, ips: tuple[int, ...]) -> list[Frame]:
+        """User frames of return addresses `ips` (innermost first) of process `pid`."""
+        return self._native(self.process(pid), ips)
+
+    def python(self, pid: int, py: tuple[int, ...]) -> list[list[Frame]] | None:
+        """Python frames as the kernel walked them (code object addresses, PY_F_ENTRY on
+        each evaluator call's last frame), named and split by python_groups; None when
+        `pid` runs no known interpreter."""
+        names = self.process(pid).python
+        if names is None:
+            return None
+        return python_groups([names.frame(a & ~PY_F_ENTRY) for a in py],
+                             [bool(a & PY_F_ENTRY) for a in py])
 
     def _kernel_frame(self, addr: int) -> Frame:
         f = self._kcache.get(addr)
