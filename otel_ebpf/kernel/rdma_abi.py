@@ -10,8 +10,6 @@ from dataclasses import dataclass
 # struct rdma_event
 EVENT = struct.Struct("<QQQIIiIIIIIII BBBx H2x 16s 16s 64s")
 QP_CREATE, QP_MODIFY, QP_DESTROY, MR_REG, MR_DEREG = 1, 2, 3, 4, 5
-KIND_NAMES = {QP_CREATE: "qp_create", QP_MODIFY: "qp_modify", QP_DESTROY: "qp_destroy",
-              MR_REG: "mr_reg", MR_DEREG: "mr_dereg"}
 # enum ibv_qp_attr_mask bits the probes read
 QP_STATE_BIT, QP_PORT_BIT, QP_AV_BIT, QP_PATH_MTU_BIT, QP_DEST_QPN_BIT = (
     1 << 0, 1 << 5, 1 << 7, 1 << 8, 1 << 20)

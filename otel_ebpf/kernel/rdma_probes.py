@@ -8,14 +8,13 @@ from __future__ import annotations
 import logging
 import os
 import re
-import subprocess
 import time
 from pathlib import Path
 
 from . import rdma_abi as abi
 from .libbpf import LibbpfLog
 from .loader import BPFError, BPFObject, RingBuffer, check_btf
-from .uprobes import LibraryProbes, file_offsets, mapped_files
+from .uprobes import LibraryProbes, file_offsets, linker_libraries, mapped_files
 
 log = logging.getLogger(__name__)
 
@@ -44,14 +43,7 @@ TABLES = (".dynsym", ".symtab")
 
 def system_libraries() -> set[str]:
     """libibverbs and libnccl files the dynamic linker knows (`ldconfig -p`)."""
-    try:
-        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10,
-                             check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return set()
-    paths = {line.rpartition("=>")[2].strip() for line in out.splitlines() if "=>" in line}
-    return {os.path.realpath(p) for p in paths
-            if (_LIBIBVERBS.search(p) or _LIBNCCL.search(p)) and os.path.exists(p)}
+    return linker_libraries(_LIBIBVERBS, _LIBNCCL)
 
 
 class RdmaProbes:

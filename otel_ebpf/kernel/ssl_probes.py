@@ -9,13 +9,12 @@ import functools
 import logging
 import os
 import re
-import subprocess
 from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
 
 from .loader import BPFObject
-from .uprobes import LibraryProbes, file_offsets, mapped_files
+from .uprobes import LibraryProbes, file_offsets, linker_libraries, mapped_files
 
 log = logging.getLogger(__name__)
 
@@ -82,13 +81,7 @@ def internal_entries(path: str, offsets: dict[str, int]) -> dict[str, int]:
 def system_libssl() -> set[str]:
     """libssl files the dynamic linker knows (`ldconfig -p`), so processes started later
     are covered from their first call."""
-    try:
-        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10,
-                             check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return set()
-    paths = {line.rpartition("=>")[2].strip() for line in out.splitlines() if "=>" in line}
-    return {os.path.realpath(p) for p in paths if _LIBSSL.search(p) and os.path.exists(p)}
+    return linker_libraries(_LIBSSL)
 
 
 def has_openssl_inside(path: str) -> bool:

@@ -4,6 +4,9 @@ probes once per file (a uprobe on a file covers every process that maps it)."""
 from __future__ import annotations
 
 import logging
+import os
+import re
+import subprocess
 from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
@@ -46,6 +49,20 @@ def file_offsets(path: str, names: tuple[str, ...], tables: tuple[str, ...] = ("
                     out[name] = vaddr - seg["p_vaddr"] + seg["p_offset"]
                     break
     return out
+
+
+def linker_libraries(*patterns: re.Pattern[str]) -> set[str]:
+    """Files the dynamic linker knows (`ldconfig -p`) whose path matches one of `patterns`,
+    resolved (one file once, whatever its name), so processes started later are covered
+    from their first call."""
+    try:
+        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10,
+                             check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    paths = {line.rpartition("=>")[2].strip() for line in out.splitlines() if "=>" in line}
+    return {os.path.realpath(p) for p in paths
+            if any(pattern.search(p) for pattern in patterns) and os.path.exists(p)}
 
 
 def mapped_files(pid: int | str, proc_root: str = "/proc") -> set[str]:

@@ -4,7 +4,6 @@ and collective calls and bytes by operation and datatype, as OTLP metric data.""
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -17,8 +16,6 @@ from opentelemetry.sdk.metrics.export import (
 )
 
 from otel_ebpf.kernel import rdma_abi as abi
-
-log = logging.getLogger(__name__)
 
 # ncclDataType_t (nccl.h) -> (name, bytes per element)
 NCCL_DATATYPES: dict[int, tuple[str, int]] = {
