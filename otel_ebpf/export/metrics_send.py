@@ -29,7 +29,7 @@ class MetricsSender:
         self._stats = stats
         self._timeout_s = timeout_s
         self._what = what
-        self._busy = {name: threading.Lock() for name in self.exporters}
+        self.busy = {name: threading.Lock() for name in self.exporters}  # held while exporting
 
     def send(self, data: MetricsData) -> dict[str, str]:
         """Export `data` everywhere; {exporter: ok | failure | busy | timeout}."""
@@ -48,7 +48,7 @@ class MetricsSender:
         return outcomes
 
     def _one(self, name: str, data: MetricsData, results: dict[str, str]) -> None:
-        busy = self._busy[name]
+        busy = self.busy[name]
         if not busy.acquire(blocking=False):
             results[name] = "busy"
             return

@@ -19,14 +19,13 @@ from opentelemetry.sdk.metrics.export import (
     HistogramDataPoint,
     Metric,
     MetricExporter,
-    MetricExportResult,
     MetricsData,
     ResourceMetrics,
     ScopeMetrics,
 )
 from opentelemetry.sdk.resources import Resource
 
-from otel_ebpf.export.factory import DisabledExporter
+from otel_ebpf.export.metrics_send import MetricsSender
 from otel_ebpf.protocols.base import AttributeValue, Instrument, NeutralSpan
 from otel_ebpf.spans.convert import SCOPE, resource_for
 from otel_ebpf.spans.resources import ProcessResources
@@ -131,11 +130,9 @@ class SpanMetrics:
         export_timeout_s: float = 10.0,
         linger_s: float = DEFAULT_LINGER_S,
     ) -> None:
-        self._exporters = {
-            name: exporter
-            for name, exporter in exporters.items()
-            if not isinstance(exporter, DisabledExporter)
-        }
+        # one export at a time per exporter, all within one deadline (export/metrics_send.py)
+        self._sender = MetricsSender(exporters, stats, export_timeout_s, what="span metrics")
+        self._exporters = self._sender.exporters
         self._instruments = {
             name: instrument
             for name, instrument in instruments.items()
@@ -153,9 +150,6 @@ class SpanMetrics:
         self._pid_resource: dict[int, Resource] = {}
         self._series_count = 0
         self._warned: set[str] = set()
-        # one export at a time per exporter: a backend still busy with the last interval's
-        # export is skipped this interval (cumulative data loses nothing by that)
-        self._busy = {name: threading.Lock() for name in self._exporters}
         self._export_lock = threading.Lock()  # the timer's export and shutdown's, in turn
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -302,40 +296,8 @@ class SpanMetrics:
         export_timeout_s; failures, timeouts and skips count in `metrics.exports_failed`."""
         with self._export_lock:
             data = self.collect()
-            if data is None:
-                return
-            results: dict[str, str] = {}
-            threads = [
-                threading.Thread(target=self._export_one, args=(name, data, results), daemon=True)
-                for name in self._exporters
-            ]
-            for t in threads:
-                t.start()
-            # one deadline for all: a hung backend costs the others nothing, several hung
-            # ones cost export_timeout_s in all, not each
-            deadline = time.monotonic() + self._export_timeout_s
-            for t in threads:
-                t.join(max(deadline - time.monotonic(), 0.0))
-            for name in self._exporters:
-                outcome = results.get(name, "timeout")  # still running: it ends on its own
-                if outcome != "ok":
-                    self._stats.add("metrics.exports_failed", 1, exporter=name, reason=outcome)
-
-    def _export_one(self, name: str, data: MetricsData, results: dict[str, str]) -> None:
-        busy = self._busy[name]
-        if not busy.acquire(blocking=False):
-            results[name] = "busy"
-            return
-        try:
-            result = self._exporters[name].export(
-                data, timeout_millis=self._export_timeout_s * 1000
-            )
-            results[name] = "ok" if result is MetricExportResult.SUCCESS else "failure"
-        except Exception:  # an exporter's bug must not stop the next interval's export
-            log.exception("span metrics: exporter %s raised", name)
-            results[name] = "failure"
-        finally:
-            busy.release()
+            if data is not None:
+                self._sender.send(data)
 
     def _run(self) -> None:
         while not self._stopped.wait(self._interval_s):

@@ -322,7 +322,7 @@ def test_slow_or_failing_exporter_does_not_hold_the_others(tmp_path):
     hanging.release.set()
     # the hung export ends on its own thread: wait for it, so the last export reaches it
     deadline = time.monotonic() + 5
-    while metrics._busy["slow"].locked() and time.monotonic() < deadline:
+    while metrics._sender.busy["slow"].locked() and time.monotonic() < deadline:
         time.sleep(0.01)
     metrics.shutdown()
     good.shutdown()
