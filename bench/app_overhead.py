@@ -7,10 +7,17 @@ installed, as `make deps` does):
     sudo .venv/bin/python bench/app_overhead.py [--rounds 3] [--rates 300,1000]
         [--seconds 10] [--out docs/performance.md]
         [--modes otel-ebpf,otel-sdk] [--warmup 1] [--wrk-connections 16] [--normal-priority]
+        [--endpoints async,def,hop]
 
-The service is bench/apps/fastapi_app.py (GET /items/{id}: a dict lookup, ~200 B of JSON)
-under uvicorn, one worker, in a fresh process for every mode and round, pinned to core 1
-(`taskset -c 1`). Everything else is pinned to core 0: the load generators and, in the
+The service is bench/apps/fastapi_app.py under uvicorn, one worker, in a fresh process for
+every endpoint, mode and round, pinned to core 1 (`taskset -c 1`). Endpoints (--endpoints,
+each measured on its own, with its own tables): `async` GET /items/{id} (an `async def`
+endpoint: a dict lookup, ~200 B of JSON), `def` GET /sync/items/{id} (the same in a `def`
+endpoint, run on anyio's thread pool), `hop` GET /hop/items/{id} (a middle hop: an `async
+def` endpoint that fetches the item from an upstream, a second instance of the app pinned
+to core 0 at the load generators' priority, over a shared httpx.AsyncClient; the upstream's port is selected too, so the
+hop's outbound calls are traced and need their parent). --rates "" skips the fixed rates
+(wrk only). Everything else is pinned to core 0: the load generators and, in the
 traced mode, the agent. The load generators run SCHED_FIFO (`chrt -f 10`): they are the
 measuring instrument, and the agent's bursts on the shared core must not delay a request's
 send, the read of its answer, or wrk (--normal-priority runs them like any process, and
@@ -29,6 +36,8 @@ so that no mode always follows the same one (untraced always runs):
   otel-ebpf-no-tasks  the same with correlation.asyncio_tasks: false: no uprobes on
              CPython's task steps and Context.run (they cost the app a trap per call; they
              are what joins an asyncio service's outbound calls to its requests).
+  baseline   (with --baseline DIR) the agent of another source tree (an earlier commit,
+             its bpf/ built), default settings: before and after side by side, interleaved.
   otel-sdk   the app instruments itself (OTEL_BENCH_SDK_TRACES): FastAPIInstrumentor with a
              TracerProvider, a BatchSpanProcessor (1 s delay) and the same kind of sink, the
              repository's OTLP/JSON file exporter (otel_ebpf/export/file.py), in the app's
@@ -93,15 +102,19 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.agent_process import VENV_BIN, AgentProcess, proc_cpu_s  # noqa: E402
+from bench.kernel_overhead import program_stats  # noqa: E402
 from bench.side_by_side import publish  # noqa: E402
 from tests.integration.conftest import read_metrics, wait_port  # noqa: E402
 from tests.support.processes import stop_process  # noqa: E402
 from tests.support.rotel import free_port  # noqa: E402
 
-MODES = ("untraced", "otel-ebpf", "otel-ebpf-no-tasks", "otel-sdk")
+MODES = ("untraced", "otel-ebpf", "otel-ebpf-no-tasks", "otel-sdk", "baseline")
 # traced modes: the agent settings each changes from the defaults
-AGENT_MODES = {"otel-ebpf": {}, "otel-ebpf-no-tasks": {"correlation": {"asyncio_tasks": False}}}
+AGENT_MODES = {"otel-ebpf": {}, "otel-ebpf-no-tasks": {"correlation": {"asyncio_tasks": False}},
+               "baseline": {}}
 APP = "bench.apps.fastapi_app:app"
+# endpoint name -> the path wrk requests (the open-loop generator asks for /items/{id})
+ENDPOINTS = {"async": "/items/42", "def": "/sync/items/42", "hop": "/hop/items/42"}
 GENERATOR = REPO / "bench/apps/open_loop.py"
 LOAD_CORE, APP_CORE = "0", "1"
 LOAD_RT_PRIORITY = "10"  # SCHED_FIFO for the load generators (chrt -f)
@@ -122,9 +135,9 @@ def count_spans(path: Path) -> Counter:
     return kinds
 
 
-def agent_config(traces: Path, metrics: Path, port: int, settings: dict) -> str:
+def agent_config(traces: Path, metrics: Path, ports: list[int], settings: dict) -> str:
     return yaml.safe_dump({
-        "receivers": {"ebpf": {"targets": {"ports": [port]}, **settings}},
+        "receivers": {"ebpf": {"targets": {"ports": ports}, **settings}},
         "processors": {"batch": {"timeout": "1s"}},
         "exporters": {"file": {"path": str(traces)}, "file/metrics": {"path": str(metrics)}},
         "service": {
@@ -139,13 +152,26 @@ def agent_config(traces: Path, metrics: Path, port: int, settings: dict) -> str:
 
 
 class Agent(AgentProcess):
-    """The real agent, pinned to the load core, selecting the app's port."""
+    """The real agent, pinned to the load core, selecting the app's port; from `tree` (its
+    Python package and BPF objects) when given."""
 
-    def __init__(self, workdir: Path, port: int, settings: dict) -> None:
+    def __init__(self, workdir: Path, ports: list[int], settings: dict,
+                 tree: Path | None = None) -> None:
         self.traces = workdir / "agent-traces.jsonl"
         self.metrics = workdir / "agent-metrics.jsonl"
-        super().__init__(workdir, agent_config(self.traces, self.metrics, port, settings),
-                         LOAD_CORE)
+        saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "OTEL_EBPF_BPF_DIR")}
+        if tree is not None:  # the child imports otel_ebpf from there (before the editable)
+            os.environ["PYTHONPATH"] = str(tree)
+            os.environ["OTEL_EBPF_BPF_DIR"] = str(tree / "bpf/build")
+        try:
+            super().__init__(workdir, agent_config(self.traces, self.metrics, ports, settings),
+                             LOAD_CORE)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 @dataclass
@@ -173,6 +199,7 @@ class Phase:
 @dataclass
 class ServerRun:
     mode: str
+    endpoint: str = "async"
     rates: dict[float, Phase] = field(default_factory=dict)
     wrk: Phase | None = None
     requests_sent: int = 0
@@ -183,16 +210,22 @@ class ServerRun:
     spans_on_time: int | None = None
     totals: dict[str, int] = field(default_factory=dict)
     agent_exit: int | None = None
+    programs: dict[str, tuple[float, float]] = field(default_factory=dict)  # runs/req, ns/run
 
 
-def start_server(workdir: Path, port: int, mode: str) -> tuple[subprocess.Popen, Path]:
-    log = workdir / "uvicorn.log"
+def start_server(workdir: Path, port: int, mode: str, core: str = APP_CORE,
+                 upstream: int | None = None, name: str = "uvicorn", rt: bool = False
+                 ) -> tuple[subprocess.Popen, Path]:
+    log = workdir / f"{name}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    if mode == "otel-sdk":
+    if mode == "otel-sdk" and core == APP_CORE:
         env["OTEL_BENCH_SDK_TRACES"] = str(workdir / "sdk-traces.jsonl")
+    if upstream is not None:
+        env["OTEL_BENCH_UPSTREAM"] = f"http://127.0.0.1:{upstream}"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            ["taskset", "-c", APP_CORE, str(VENV_BIN / "uvicorn"), APP, "--host", "127.0.0.1",
+            [*(["chrt", "-f", LOAD_RT_PRIORITY] if rt else []),
+             "taskset", "-c", core, str(VENV_BIN / "uvicorn"), APP, "--host", "127.0.0.1",
              "--port", str(port), "--workers", "1", "--no-access-log", "--log-level", "warning",
              "--timeout-keep-alive", "60"],
             cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -237,9 +270,9 @@ def fixed_rate(port: int, rate: float, args, server, agent) -> tuple[Phase, int]
     return phase, doc["sent"]
 
 
-def max_throughput(port: int, args, server, agent) -> Phase:
+def max_throughput(port: int, args, server, agent, path: str = "/items/42") -> Phase:
     cmd = ["wrk", "-t", "1", "-c", str(args.wrk_connections), "-d", f"{args.seconds:g}s",
-           f"http://127.0.0.1:{port}/items/42"]
+           f"http://127.0.0.1:{port}{path}"]
     stdout, wall, app_cpu, agent_cpu = load_phase(cmd, args.seconds + 60, server, agent, args)
     rps = re.search(r"Requests/sec:\s*([\d.]+)", stdout)
     done = re.search(r"(\d+) requests in", stdout)
@@ -254,17 +287,24 @@ def max_throughput(port: int, args, server, agent) -> Phase:
                  rps=float(rps[1]), errors=int(bad[1]) if bad else 0)
 
 
-def run_server(mode: str, args) -> ServerRun:
+def run_server(mode: str, args, endpoint: str = "async") -> ServerRun:
     """One fresh server (and agent) in `mode`: every fixed rate, then wrk."""
-    result = ServerRun(mode)
+    result = ServerRun(mode, endpoint)
     port = free_port()
+    up_port = free_port() if endpoint == "hop" else None
     with tempfile.TemporaryDirectory(prefix="app-bench-") as tmp:
         workdir = Path(tmp)
-        agent = Agent(workdir, port, AGENT_MODES[mode]) if mode in AGENT_MODES else None
+        ports = [port] + ([up_port] if up_port else [])
+        tree = args.baseline if mode == "baseline" else None
+        agent = Agent(workdir, ports, AGENT_MODES[mode], tree) if mode in AGENT_MODES else None
         sink = agent.traces if agent else workdir / "sdk-traces.jsonl"
-        server = None
+        server = upstream = None
         try:
-            server, _ = start_server(workdir, port, mode)
+            if up_port:  # the hop's upstream: on the load core, its CPU not counted
+                # at the generators' priority: wrk (SCHED_FIFO) would starve it otherwise
+                upstream, _ = start_server(workdir, up_port, "untraced", LOAD_CORE,
+                                           name="upstream", rt=not args.normal_priority)
+            server, _ = start_server(workdir, port, mode, upstream=up_port)
             for rate in args.rates:
                 result.rates[rate], sent = fixed_rate(port, rate, args, server, agent)
                 result.requests_sent += sent
@@ -275,11 +315,27 @@ def run_server(mode: str, args) -> ServerRun:
                 if agent is not None:  # its own metrics, exported every second
                     result.fixed_totals = {k.removeprefix("otel_ebpf."): v for k, v in
                                            read_metrics(agent.metrics).items()}
-            result.wrk = max_throughput(port, args, server, agent)
+            sysctl = Path("/proc/sys/kernel/bpf_stats_enabled")
+            if agent is not None and args.stats:
+                sysctl.write_text("1")
+                before = program_stats(agent.proc.pid)
+            try:
+                result.wrk = max_throughput(port, args, server, agent, ENDPOINTS[endpoint])
+            finally:
+                if agent is not None and args.stats:
+                    after = program_stats(agent.proc.pid)
+                    sysctl.write_text("0")
+                    for name, (n, t) in after.items():
+                        n0, t0 = before.get(name, (0, 0))
+                        if n > n0:
+                            result.programs[name] = ((n - n0) / max(1, result.wrk.requests),
+                                                     (t - t0) / (n - n0))
             result.requests_sent += result.wrk.requests
         finally:
             if server is not None:
                 stop_process(server, grace_s=30)
+            if upstream is not None:
+                stop_process(upstream, grace_s=30)
             if agent is not None:
                 time.sleep(AGENT_SETTLE_S)
                 result.spans_on_time = sum(count_spans(agent.traces).values())
@@ -312,21 +368,25 @@ def agent_total(runs: list[ServerRun], key: str, fixed: bool = False) -> str:
     return str(sum((r.fixed_totals if fixed else r.totals).get(key, 0) for r in runs))
 
 
-def markdown(runs: dict[str, list[ServerRun]], args) -> list[str]:
+def markdown(runs: dict[str, list[ServerRun]], args, endpoint: str = "async") -> list[str]:
     n, modes = len(runs["untraced"]), list(runs)
     load = ("normal priority" if args.normal_priority
             else f"SCHED_FIFO {LOAD_RT_PRIORITY} (chrt -f)")
     lines = [
-        f"### Application overhead: FastAPI under uvicorn ({datetime.date.today().isoformat()}, "
+        f"### Application overhead: FastAPI under uvicorn, `{endpoint}` endpoint "
+        f"(GET {ENDPOINTS[endpoint]}; {datetime.date.today().isoformat()}, "
         f"median of {n} rounds, {args.seconds:g} s per phase)",
         "",
-        "Fixed rate, open loop (latency from each request's due time):",
-        "",
-        "| rate (req/s) | mode | p50 (µs) | p50 per round | p99 (µs) | added p50 (µs) "
-        "| p50 ratio | p99 ratio "
-        "| app CPU/request (µs) | agent CPU (% core 0) | gen lag p99 (µs) | errors |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    if args.rates:
+        lines += [
+            "Fixed rate, open loop (latency from each request's due time):",
+            "",
+            "| rate (req/s) | mode | p50 (µs) | p50 per round | p99 (µs) | added p50 (µs) "
+            "| p50 ratio | p99 ratio "
+            "| app CPU/request (µs) | agent CPU (% core 0) | gen lag p99 (µs) | errors |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
     added: dict[tuple[float, str], float] = {}
     for rate in args.rates:
         base_p50 = med([r.rates[rate].p50_us for r in runs["untraced"]])
@@ -349,9 +409,9 @@ def markdown(runs: dict[str, list[ServerRun]], args) -> list[str]:
         f"Maximum throughput, closed loop (`wrk -t 1 -c {args.wrk_connections} "
         f"-d {args.seconds:g}s`, one path):",
         "",
-        "| mode | max req/s | per round | ratio | app CPU/request (µs) | app CPU (% core 1) | "
-        "app-bound req/s | ratio | agent CPU (% core 0) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| mode | max req/s | per round | ratio | app CPU/request (µs) | per round | "
+        "app CPU (% core 1) | app-bound req/s | ratio | agent CPU (% core 0) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     rps: dict[str, float] = {}
     base_bound = med([1e6 / r.wrk.app_us_per_request for r in runs["untraced"]])
@@ -362,6 +422,7 @@ def markdown(runs: dict[str, list[ServerRun]], args) -> list[str]:
         lines.append(f"| {mode} | {rps[mode]:.0f} | {per_round([p.rps for p in phases])} | "
                      f"{rps[mode] / base_rps:.3f} | "
                      f"{fmt(med([p.app_us_per_request for p in phases]))} | "
+                     f"{per_round([p.app_us_per_request for p in phases])} | "
                      f"{fmt(med([100 * p.app_cpu_s / p.wall_s for p in phases]))} | "
                      f"{bound:.0f} | {bound / base_bound:.3f} | "
                      f"{fmt(med([p.agent_pct for p in phases]), '.1f')} |")
@@ -393,6 +454,17 @@ def markdown(runs: dict[str, list[ServerRun]], args) -> list[str]:
                      f"{agent_total(mine, 'kernel.drops')} | {agent_total(mine, 'spans.dropped')} | "
                      f"{late if traced else 'n/a'} |")
     lines.append("")
+    if any(r.programs for m in modes for r in runs[m]):
+        lines += ["BPF programs under wrk (kernel.bpf_stats_enabled; medians over rounds; "
+                  "all processes' runs, wrk's and the upstream's included):", "",
+                  "| mode | program | runs per request | ns per run |", "|---|---|---:|---:|"]
+        for mode in modes:
+            names = sorted({n for r in runs[mode] for n in r.programs})
+            for name in names:
+                vals = [r.programs[name] for r in runs[mode] if name in r.programs]
+                lines.append(f"| {mode} | {name} | {med([v[0] for v in vals]):.2f} | "
+                             f"{med([v[1] for v in vals]):.0f} |")
+        lines.append("")
     if {"otel-ebpf", "otel-sdk"} <= set(modes):
         for rate in args.rates:
             ebpf, sdk = added[rate, "otel-ebpf"], added[rate, "otel-sdk"]
@@ -405,6 +477,10 @@ def markdown(runs: dict[str, list[ServerRun]], args) -> list[str]:
         target = (f" (target ≥ 95 %: {'met' if share >= 0.95 else 'not met'})"
                   if mode in AGENT_MODES else "")
         lines.append(f"- Max throughput with {mode}: {100 * share:.1f} % of untraced{target}.")
+        if mode in AGENT_MODES:
+            cost = base_bound / med([1e6 / r.wrk.app_us_per_request for r in runs[mode]])
+            lines.append(f"- App CPU per request under wrk with {mode}: {cost:.3f} of untraced "
+                         f"(target ≤ 1/0.97 = 1.031: {'met' if cost <= 1 / 0.97 else 'not met'}).")
     if overrides := [k for k in sorted(os.environ) if k.startswith("OTEL_EBPF_")]:
         lines.append(f"- Agent settings from the environment: {', '.join(overrides)} "
                      "(values in the command above).")
@@ -428,6 +504,12 @@ def main() -> int:
                     help="a subset to run (untraced always runs: it is the reference)")
     ap.add_argument("--normal-priority", action="store_true",
                     help="run the load generators at normal priority, not SCHED_FIFO")
+    ap.add_argument("--endpoints", default=",".join(ENDPOINTS),
+                    help=f"endpoints to measure, each on its own: {', '.join(ENDPOINTS)}")
+    ap.add_argument("--stats", action="store_true",
+                    help="count each BPF program's runs under wrk (kernel.bpf_stats_enabled)")
+    ap.add_argument("--baseline", type=Path,
+                    help="a source tree (bpf/ built) whose agent runs as mode `baseline`")
     ap.add_argument("--out", type=Path, help="append the tables to this Markdown file")
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -438,17 +520,22 @@ def main() -> int:
         if shutil.which(tool) is None:
             ap.error(f"{tool} not found (make deps installs it)")
     args.rates = [float(r) for r in args.rates.split(",") if r]
-    if not 1 <= args.rounds <= 20 or not 1 <= args.seconds <= 120 or not args.rates:
-        ap.error("--rounds must be 1..20, --seconds 1..120, --rates non-empty")
+    endpoints = [e for e in args.endpoints.split(",") if e]
+    if not 1 <= args.rounds <= 20 or not 1 <= args.seconds <= 120:
+        ap.error("--rounds must be 1..20, --seconds 1..120")
+    if not endpoints or any(e not in ENDPOINTS for e in endpoints):
+        ap.error(f"--endpoints: a comma-separated subset of {', '.join(ENDPOINTS)}")
     if not all(1 <= r <= 20_000 for r in args.rates) or not 0 <= args.warmup <= 10:
         ap.error("--rates must be 1..20000 requests/s, --warmup 0..10 s")
 
     modes = [m for m in MODES if m == "untraced" or m in args.modes.split(",")]
-    runs: dict[str, list[ServerRun]] = {m: [] for m in modes}
+    if "baseline" in modes and not (args.baseline and (args.baseline / "bpf/build").is_dir()):
+        ap.error("mode baseline needs --baseline DIR, a source tree with bpf/build")
+    runs: dict[str, dict[str, list[ServerRun]]] = {e: {m: [] for m in modes} for e in endpoints}
 
-    def one(mode: str) -> float:
-        run = run_server(mode, args)
-        runs[mode].append(run)
+    def one(mode: str, endpoint: str) -> float:
+        run = run_server(mode, args, endpoint)
+        runs[endpoint][mode].append(run)
         detail = ", ".join(f"{rate:g}/s p50 {p.p50_us:.0f} µs p99 {p.p99_us:.0f} µs"
                            for rate, p in run.rates.items())
         if mode != "untraced":
@@ -464,14 +551,16 @@ def main() -> int:
 
     for r in range(args.rounds):  # every mode once a round, the order rotated each round
         shift = r % len(modes)
-        for mode in modes[shift:] + modes[:shift]:
-            rps = one(mode)
-            print(f"round {r + 1}/{args.rounds} {mode:9s} {rps:8.0f} req/s max (wrk)",
-                  file=sys.stderr)
+        for endpoint in endpoints:
+            for mode in modes[shift:] + modes[:shift]:
+                rps = one(mode, endpoint)
+                print(f"round {r + 1}/{args.rounds} {endpoint:5s} {mode:9s} {rps:8.0f} req/s "
+                      "max (wrk)", file=sys.stderr)
     overrides = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("OTEL_EBPF_")]
     command = shlex.join(["sudo", *overrides, ".venv/bin/python", "bench/app_overhead.py",
                           *sys.argv[1:]])
-    publish([f"`{command}`", "", *markdown(runs, args)], args.out)
+    tables = [line for e in endpoints for line in markdown(runs[e], args, e)]
+    publish([f"`{command}`", "", *tables], args.out)
     return 0
 
 

@@ -6,16 +6,24 @@ connection, side by side in one run, for three modes:
   traced     programs attached, the connection selected: every call copies its payload
 
 Run as root:  .venv/bin/python bench/kernel_overhead.py [--rounds 5] [--iterations 50000]
-              [--size 256] [--out docs/performance.md]
+              [--size 256] [--baseline DIR] [--stats] [--out docs/performance.md]
 
 Each round runs every mode once, in a fresh process; the table reports medians over
 rounds and the ratio to `off`. The ring buffer is drained concurrently, as the agent does.
+--baseline DIR adds `filtered-baseline` and `traced-baseline`: the same with the BPF
+objects of another source tree (an earlier commit's bpf/build), before and after side by
+side. --stats turns kernel.bpf_stats_enabled on while a traced mode runs (and back off)
+and adds a table of each program's runs per write+read pair and ns per run, read from the
+kernel's counters of this process's programs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
+import statistics
 import subprocess
 import sys
 import threading
@@ -57,7 +65,32 @@ def run_loop(port: int, iterations: int, size: int) -> float:
     return json.loads(out.stdout)["ns_per_pair"]
 
 
-def measure(mode: str, iterations: int, size: int) -> tuple[float, int, int]:
+def program_stats(pid: int | str = "self") -> dict[str, tuple[int, int]]:
+    """(run count, run ns) of each BPF program process `pid` holds, by name (the kernel
+    counts them while kernel.bpf_stats_enabled is 1)."""
+    ids = []
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            m = re.search(r"^prog_id:\s+(\d+)", Path(f"/proc/{pid}/fdinfo/{fd}").read_text(), re.M)
+        except OSError:
+            continue
+        if m:
+            ids.append(m[1])
+    out: dict[str, tuple[int, int]] = {}
+    for prog_id in set(ids):
+        info = subprocess.run(["bpftool", "-j", "prog", "show", "id", prog_id],
+                              capture_output=True, text=True, timeout=10)
+        if info.returncode == 0:
+            doc = json.loads(info.stdout)
+            out[doc.get("name", prog_id)] = (doc.get("run_cnt", 0), doc.get("run_time_ns", 0))
+    return out
+
+
+STATS: dict[str, list[dict[str, tuple[float, float]]]] = {}
+
+
+def measure(mode: str, iterations: int, size: int, baseline: Path | None = None,
+            stats: bool = False) -> tuple[float, int, int]:
     """ns per write+read pair in `mode`, events the tracer drained, events it dropped."""
     from otel_ebpf.kernel.libbpf import LibbpfLog
     from otel_ebpf.kernel.socket_tracer import CaptureSettings, SocketTracer
@@ -65,8 +98,17 @@ def measure(mode: str, iterations: int, size: int) -> tuple[float, int, int]:
     port = free_port()
     if mode == "off":
         return run_loop(port, iterations, size), 0, 0
-    selected = port if mode == "traced" else free_port()
-    tracer = SocketTracer(CaptureSettings(ports=(selected,), capture_max=4096), LibbpfLog())
+    selected = port if mode.startswith("traced") else free_port()
+    saved = os.environ.get("OTEL_EBPF_BPF_DIR")
+    if mode.endswith("-baseline"):
+        os.environ["OTEL_EBPF_BPF_DIR"] = str(baseline / "bpf/build")
+    try:
+        tracer = SocketTracer(CaptureSettings(ports=(selected,), capture_max=4096), LibbpfLog())
+    finally:
+        if saved is None:
+            os.environ.pop("OTEL_EBPF_BPF_DIR", None)
+        else:
+            os.environ["OTEL_EBPF_BPF_DIR"] = saved
     drained, stop = [0], threading.Event()
 
     def drain() -> None:
@@ -75,9 +117,23 @@ def measure(mode: str, iterations: int, size: int) -> tuple[float, int, int]:
 
     thread = threading.Thread(target=drain, daemon=True)
     thread.start()
+    sysctl = Path("/proc/sys/kernel/bpf_stats_enabled")
     try:
+        if stats:
+            sysctl.write_text("1")
+            before = program_stats()
         ns = run_loop(port, iterations, size)
+        if stats:
+            after = program_stats()
+            sysctl.write_text("0")
+            pairs = iterations + 1000  # warm-up included
+            STATS.setdefault(mode, []).append({
+                name: ((n - before.get(name, (0, 0))[0]) / pairs,
+                       (t - before.get(name, (0, 0))[1]) / max(1, n - before.get(name, (0, 0))[0]))
+                for name, (n, t) in after.items() if n > before.get(name, (0, 0))[0]})
     finally:
+        if stats:
+            sysctl.write_text("0")
         stop.set()
         thread.join(5)
         drained[0] += len(tracer.ring.drain(0))
@@ -91,14 +147,20 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--iterations", type=int, default=50_000)
     ap.add_argument("--size", type=int, default=256)
+    ap.add_argument("--baseline", type=Path, help="a source tree whose bpf/build is the 'before'")
+    ap.add_argument("--stats", action="store_true", help="per-program runs and ns (bpf_stats)")
     ap.add_argument("--out", type=Path, help="append the table to this Markdown file")
     args = ap.parse_args()
-    modes = ("off", "filtered", "traced")
+    modes: tuple[str, ...] = ("off", "filtered", "traced")
+    if args.baseline:
+        modes += ("filtered-baseline", "traced-baseline")
     totals = [0, 0]  # events drained, drops
 
     def one(mode: str) -> float:
-        ns, events, drops = measure(mode, args.iterations, args.size)
-        totals[0] += events
+        ns, events, drops = measure(mode, args.iterations, args.size, args.baseline,
+                                    args.stats and mode.startswith("traced"))
+        if mode.startswith("traced"):
+            totals[0] += events
         totals[1] += drops
         return ns
 
@@ -107,9 +169,21 @@ def main() -> None:
         f"### Kernel cost per syscall ({time.strftime('%Y-%m-%d')}, "
         f"{args.iterations} write+read pairs of {args.size} B, median of {args.rounds} rounds)",
         "write+read", "syscall", results)
-    expected = 2 * (args.iterations + 1000) * args.rounds
+    traced_modes = sum(1 for m in modes if m.startswith("traced"))
+    expected = 2 * (args.iterations + 1000) * args.rounds * traced_modes
     lines += ["", f"Data events drained while traced: {totals[0]} of {expected} expected "
               f"(2 per pair, warm-up included); ring-buffer drops: {totals[1]}."]
+    if STATS:
+        lines += ["", "BPF programs while traced (kernel.bpf_stats_enabled; medians over "
+                  "rounds): runs per write+read pair, ns per run",
+                  "", "| mode | program | runs per pair | ns per run |", "|---|---|---:|---:|"]
+        for mode, per_round in STATS.items():
+            names = sorted({n for r in per_round for n in r})
+            for name in names:
+                runs = [r[name][0] for r in per_round if name in r]
+                ns = [r[name][1] for r in per_round if name in r]
+                lines.append(f"| {mode} | {name} | {statistics.median(runs):.2f} | "
+                             f"{statistics.median(ns):.0f} |")
     publish(lines, args.out)
 
 

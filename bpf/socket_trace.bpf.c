@@ -22,6 +22,22 @@ static __always_inline bool datagram_selected(struct conn_state *st, struct sock
 
 /* ---- syscall enter: remember the arguments ---------------------------------------- */
 
+/* User space gave up on this connection (no parser knows its bytes): stop tracing it, so
+ * its later calls cost one lookup at entry and nothing is copied. Checked at
+ * entry: a muted connection's call is not remembered for its exit at all. */
+static __always_inline bool connection_muted(struct conn_state *st, int fd)
+{
+	__u64 mkey = conn_map_key(st->key.pid, fd);
+	__u64 *gen = bpf_map_lookup_elem(&muted, &mkey);
+	if (!gen || *gen != st->key.gen)
+		return false;
+	st->traced = 0;
+	bpf_map_delete_elem(&muted, &mkey);
+	count(CNT_MUTED, 1);
+	return true;
+}
+
+
 static __always_inline int remember(int fd, __u64 ptr, __u64 addr, __u32 kind, __u32 cnt)
 {
 	__u64 id = bpf_get_current_pid_tgid();
@@ -41,8 +57,13 @@ static __always_inline int remember(int fd, __u64 ptr, __u64 addr, __u32 kind, _
 	}
 	if (!st && !fd_to_socket(fd))
 		return 0;
+	if (st && st->traced && kind != ARG_CONNECT && connection_muted(st, fd))
+		return 0;
 	struct syscall_args a = {
 		.enter_ns = bpf_ktime_get_ns(), .ptr = ptr, .addr = addr,
+		/* a known stream connection: its exit finds it by key and checks the socket is
+		 * the same, instead of walking the fd table again */
+		.sk = st && (st->flags & CONN_F_STREAM) ? st->sk : 0,
 		.fd = fd, .kind = kind, .count = cnt,
 	};
 	bpf_map_update_elem(&inflight, &id, &a, BPF_ANY);
@@ -70,20 +91,6 @@ ENTER(recvmmsg, ARG_MMSG, 1, 0, (__u32)ctx->args[2])
 ENTER(connect, ARG_CONNECT, 1, 0, 0)
 
 /* ---- syscall exit: emit what moved ------------------------------------------------- */
-
-/* User space gave up on this connection (no parser knows its bytes): stop tracing it, so
- * its later calls cost one lookup at entry and nothing is copied. */
-static __always_inline bool connection_muted(struct conn_state *st, int fd)
-{
-	__u64 mkey = conn_map_key(st->key.pid, fd);
-	__u64 *gen = bpf_map_lookup_elem(&muted, &mkey);
-	if (!gen || *gen != st->key.gen)
-		return false;
-	st->traced = 0;
-	bpf_map_delete_elem(&muted, &mkey);
-	count(CNT_MUTED, 1);
-	return true;
-}
 
 /* TLS: a syscall inside an SSL call names the session's socket (ssl_trace.bpf.c); a read
  * outside one may be what a memory-BIO session decrypts next. A socket an SSL session
@@ -122,13 +129,23 @@ static __always_inline int on_exit(struct trace_event_raw_sys_exit *ctx, __u8 di
 	long ret = ctx->ret;
 	if (ret <= 0)
 		return 0;
-	struct socket *sock = fd_to_socket(a.fd);
-	if (!sock)
-		return 0;
-	struct conn_state *st = get_conn(a.fd, sock, ROLE_UNKNOWN, false);
-	if (!st)
-		return 0;
-	struct sock *sk = BPF_CORE_READ(sock, sk);
+	struct conn_state *st = NULL;
+	struct sock *sk = (struct sock *)a.sk;
+	if (sk) { /* the fd may have been closed and reused meanwhile: same socket only */
+		__u64 mkey = conn_map_key(id >> 32, a.fd);
+		st = bpf_map_lookup_elem(&conns, &mkey);
+		if (st && st->sk != a.sk)
+			st = NULL;
+	}
+	if (!st) {
+		struct socket *sock = fd_to_socket(a.fd);
+		if (!sock)
+			return 0;
+		st = get_conn(a.fd, sock, ROLE_UNKNOWN, false);
+		if (!st)
+			return 0;
+		sk = BPF_CORE_READ(sock, sk);
+	}
 	bool datagram = !(st->flags & CONN_F_STREAM);
 	struct user_msghdr msg = {};
 	if (a.kind == ARG_MSG && bpf_probe_read_user(&msg, sizeof(msg), (void *)a.ptr))
@@ -148,8 +165,6 @@ static __always_inline int on_exit(struct trace_event_raw_sys_exit *ctx, __u8 di
 	if (!datagram && tls_bookkeeping(st, &a, dir, ret, seq, id))
 		return 0;
 	if (!st->traced && !(datagram && datagram_selected(st, sk, &peer)))
-		return 0;
-	if (connection_muted(st, a.fd))
 		return 0;
 
 	switch (a.kind) {
@@ -295,29 +310,44 @@ int on_process_exit(void *ctx)
 SEC("tracepoint/sched/sched_process_exec")
 int on_process_exec(void *ctx) { return emit_proc_event(EV_PROC_EXEC); }
 
-/* ---- asyncio tasks (uprobes on CPython's _asyncio module, attached per library) ---- */
+/* ---- asyncio tasks (entry-only uprobes on CPython, attached per process) ----------- */
 
-static __always_inline int task_enter(__u64 task)
+/* A task step begins; it runs inside the task's own Context (asyncio's Handle._run enters
+ * it for every step and leaves it when the step returns), so the step is running exactly
+ * while that Context is entered. The Context is the task's task_context member. */
+static __always_inline int task_enter(__u64 task, const __u32 context_off)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	bpf_map_update_elem(&cur_task, &tid, &task, BPF_ANY);
+	struct running_task t = {.task = task};
+	bpf_probe_read_user(&t.ctx, sizeof(t.ctx), (void *)(task + context_off));
+	bpf_map_update_elem(&cur_task, &tid, &t, BPF_ANY);
 	return 0;
 }
 
+/* TaskObj's task_context, by CPython version (otel_ebpf/kernel/asyncio_probes.py checks
+ * these against live interpreters in its tests). */
+#define TASK_CONTEXT_311 152
+#define TASK_CONTEXT_312 152
+#define TASK_CONTEXT_313 136
+
 /* task_step_impl(TaskObj *task, PyObject *exc): CPython 3.11 */
 SEC("uprobe")
-int BPF_KPROBE(task_step_enter_arg0, void *task) { return task_enter((__u64)task); }
-
-/* task_step_impl(asyncio_state *state, TaskObj *task, PyObject *exc): CPython 3.12+ */
-SEC("uprobe")
-int BPF_KPROBE(task_step_enter_arg1, void *state, void *task) { return task_enter((__u64)task); }
-
-SEC("uretprobe")
-int task_step_exit(struct pt_regs *ctx)
+int BPF_KPROBE(task_step_enter_311, void *task)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	bpf_map_delete_elem(&cur_task, &tid);
-	return 0;
+	return task_enter((__u64)task, TASK_CONTEXT_311);
+}
+
+/* task_step_impl(asyncio_state *state, TaskObj *task, PyObject *exc): CPython 3.12, 3.13 */
+SEC("uprobe")
+int BPF_KPROBE(task_step_enter_312, void *state, void *task)
+{
+	return task_enter((__u64)task, TASK_CONTEXT_312);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(task_step_enter_313, void *state, void *task)
+{
+	return task_enter((__u64)task, TASK_CONTEXT_313);
 }
 
 /* _asyncio_Task___init__(PyObject *self, ...): a task is born, inside a running task or
@@ -334,38 +364,31 @@ int BPF_KPROBE(task_init, void *self)
 		count(CNT_RINGBUF_DROPS, 1);
 		return 0;
 	}
-	__u64 *running = bpf_map_lookup_elem(&cur_task, &tid);
 	ev->hdr.type = EV_TASK_NEW;
 	ev->hdr.tid = tid;
 	ev->hdr.ts_ns = bpf_ktime_get_ns();
 	ev->pid = tgid;
 	ev->_pad = 0;
 	ev->task = (__u64)self;
-	ev->parent = running ? *running : 0;
+	ev->parent = running_task_of(tid);
 	bpf_ringbuf_submit(ev, wakeup_flags());
 	return 0;
 }
 
-/* context_run(PyContext *self, ...): Context.run() entry and return. A Context first run
- * inside a task step (anyio copies the task's context, then runs it once on the loop) is
- * bound to that task; where another thread later runs it, it works for that task. */
+/* context_run(PyContext *self, ...): Context.run() begins. A Context first run inside a
+ * task step (anyio copies the task's context, then runs it once on the loop) is bound to
+ * that task; where another thread later runs it, it works for that task. The run's end is
+ * not probed: readers check that the Context is still entered. Only processes whose
+ * outbound calls come from thread pools get this probe and the next. */
 SEC("uprobe")
 int BPF_KPROBE(context_run_enter, void *self)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	__u64 context = (__u64)self;
 	bpf_map_update_elem(&cur_ctx, &tid, &context, BPF_ANY);
-	__u64 *task = bpf_map_lookup_elem(&cur_task, &tid);
+	__u64 task = running_task_of(tid);
 	if (task)
-		bpf_map_update_elem(&ctx_task, &context, task, BPF_NOEXIST);
-	return 0;
-}
-
-SEC("uretprobe")
-int context_run_exit(struct pt_regs *ctx)
-{
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	bpf_map_delete_elem(&cur_ctx, &tid);
+		bpf_map_update_elem(&ctx_task, &context, &task, BPF_NOEXIST);
 	return 0;
 }
 

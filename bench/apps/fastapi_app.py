@@ -1,7 +1,11 @@
-"""The service bench/app_overhead.py measures: FastAPI, one endpoint, a little real work.
+"""The service bench/app_overhead.py measures: FastAPI, three endpoints, a little real work.
 
-GET /items/{item_id} looks the item up in an in-memory catalogue (a dict of 1,000) and
-returns it as JSON (about 200 bytes); an unknown id is a 404. Run by uvicorn:
+GET /items/{item_id} (`async def`) looks the item up in an in-memory catalogue (a dict of
+1,000) and returns it as JSON (about 200 bytes); an unknown id is a 404. GET
+/sync/items/{item_id} does the same in a `def` endpoint (FastAPI runs it on anyio's thread
+pool). GET /hop/items/{item_id} is a middle hop: it fetches the item from an upstream
+(OTEL_BENCH_UPSTREAM, another instance of this app) with a shared httpx.AsyncClient and
+returns it. Run by uvicorn:
 
     .venv/bin/uvicorn bench.apps.fastapi_app:app --host 127.0.0.1 --port 8000
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import os
 
+import httpx
 from fastapi import FastAPI, HTTPException
 
 CURRENCIES = ("EUR", "USD", "GBP", "JPY")
@@ -44,6 +49,28 @@ async def get_item(item_id: int) -> dict:
     if item is None:
         raise HTTPException(status_code=404, detail="no such item")
     return item
+
+
+@app.get("/sync/items/{item_id}")
+def get_item_sync(item_id: int) -> dict:
+    item = CATALOGUE.get(item_id)
+    if item is None:
+        raise HTTPException(status_code=404, detail="no such item")
+    return item
+
+
+_upstream: httpx.AsyncClient | None = None
+
+
+@app.get("/hop/items/{item_id}")
+async def get_item_hop(item_id: int) -> dict:
+    global _upstream
+    if _upstream is None:  # created on the loop that serves (one keep-alive pool)
+        _upstream = httpx.AsyncClient(base_url=os.environ["OTEL_BENCH_UPSTREAM"])
+    r = await _upstream.get(f"/items/{item_id}")
+    if r.status_code != 200:
+        raise HTTPException(status_code=r.status_code, detail="upstream")
+    return r.json()
 
 
 if _sdk_traces := os.environ.get("OTEL_BENCH_SDK_TRACES"):

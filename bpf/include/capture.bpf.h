@@ -82,6 +82,7 @@ struct syscall_args {
 	__u64 enter_ns;
 	__u64 ptr;      /* buffer, iovec array, msghdr or mmsghdr array */
 	__u64 addr;     /* sockaddr of sendto/recvfrom */
+	__u64 sk;       /* the known connection's struct sock at entry, or 0 (look it up) */
 	__s32 fd;
 	__u32 kind;     /* arg_kind */
 	__u32 count;    /* iovcnt or vlen */
@@ -184,17 +185,25 @@ CAPTURE_MAP struct {
 	__type(value, __u64);
 } muted SEC(".maps");
 
-/* The asyncio task each thread is running (uprobes on CPython's task step). */
+/* The asyncio task a thread stepped last (an entry-only uprobe on CPython's task step),
+ * with the task's Context: the step is still running exactly while that Context is
+ * entered (its ctx_entered flag), so no return probe is needed. */
+struct running_task {
+	__u64 task;
+	__u64 ctx;      /* the task's Context (TaskObj.task_context), 0 when unreadable */
+};
+
 CAPTURE_MAP struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct running_task);
 } cur_task SEC(".maps");
 
-/* The contextvars.Context each thread runs (uprobes on CPython's context_run), and the
- * asyncio task a Context was first run in: a thread pool worker running a Context copied
- * by a task (anyio's to_thread, Starlette's run_in_threadpool) works for that task. */
+/* The contextvars.Context each thread entered last (an entry-only uprobe on CPython's
+ * context_run), and the asyncio task a Context was first run in: a thread pool worker
+ * running a Context copied by a task (anyio's to_thread, Starlette's run_in_threadpool)
+ * works for that task. */
 CAPTURE_MAP struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
@@ -217,16 +226,40 @@ CAPTURE_MAP struct {
 	__type(value, __u8);
 } traced_pids SEC(".maps");
 
-/* The asyncio task a thread works for: the one it runs, or the one whose Context it runs. */
+/* PyContext's ctx_entered (an int after PyObject_HEAD and three pointers), the same in
+ * CPython 3.11, 3.12 and 3.13 (default builds; free-threaded builds are not covered). */
+#define PY_CONTEXT_ENTERED 40
+
+/* Is this Context entered now (by some thread)? */
+static __always_inline bool context_entered(__u64 ctx)
+{
+	__s32 entered = 0;
+	if (!ctx || bpf_probe_read_user(&entered, sizeof(entered), (void *)(ctx + PY_CONTEXT_ENTERED)))
+		return false;
+	return entered != 0;
+}
+
+/* The task whose step this thread is running now, or 0 (its last step has returned). */
+static __always_inline __u64 running_task_of(__u32 tid)
+{
+	struct running_task *t = bpf_map_lookup_elem(&cur_task, &tid);
+	if (!t)
+		return 0;
+	return context_entered(t->ctx) ? t->task : 0;
+}
+
+/* The asyncio task a thread works for: the one whose step it runs, or the one whose
+ * Context it runs (a thread that steps tasks, an event loop, never takes the second: its
+ * last Context may be one a worker runs now). */
 static __always_inline __u64 task_of_thread(__u32 tid)
 {
-	__u64 *task = bpf_map_lookup_elem(&cur_task, &tid);
-	if (task)
-		return *task;
+	struct running_task *t = bpf_map_lookup_elem(&cur_task, &tid);
+	if (t)
+		return context_entered(t->ctx) ? t->task : 0;
 	__u64 *ctx = bpf_map_lookup_elem(&cur_ctx, &tid);
-	if (!ctx)
+	if (!ctx || !context_entered(*ctx))
 		return 0;
-	task = bpf_map_lookup_elem(&ctx_task, ctx);
+	__u64 *task = bpf_map_lookup_elem(&ctx_task, ctx);
 	return task ? *task : 0;
 }
 
