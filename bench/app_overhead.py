@@ -15,8 +15,8 @@ each measured on its own, with its own tables): `async` GET /items/{id} (an `asy
 endpoint: a dict lookup, ~200 B of JSON), `def` GET /sync/items/{id} (the same in a `def`
 endpoint, run on anyio's thread pool), `hop` GET /hop/items/{id} (a middle hop: an `async
 def` endpoint that fetches the item from an upstream, a second instance of the app pinned
-to core 0 at the load generators' priority, over a shared httpx.AsyncClient; the upstream's port is selected too, so the
-hop's outbound calls are traced and need their parent). --rates "" skips the fixed rates
+to core 0 at the load generators' priority, over a shared httpx.AsyncClient; the upstream's
+port is selected too, so the hop's outbound calls are traced and need their parent). --rates "" skips the fixed rates
 (wrk only). Everything else is pinned to core 0: the load generators and, in the
 traced mode, the agent. The load generators run SCHED_FIFO (`chrt -f 10`): they are the
 measuring instrument, and the agent's bursts on the shared core must not delay a request's
@@ -101,6 +101,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import bench.agent_process  # noqa: E402
 from bench.agent_process import VENV_BIN, AgentProcess, proc_cpu_s  # noqa: E402
 from bench.kernel_overhead import program_stats  # noqa: E402
 from bench.side_by_side import publish  # noqa: E402
@@ -108,6 +109,8 @@ from tests.integration.conftest import read_metrics, wait_port  # noqa: E402
 from tests.support.processes import stop_process  # noqa: E402
 from tests.support.rotel import free_port  # noqa: E402
 
+# a loaded machine: the agent's start (its /proc scans) may take longer than a minute
+bench.agent_process.START_TIMEOUT_S = 180.0
 MODES = ("untraced", "otel-ebpf", "otel-ebpf-no-tasks", "otel-sdk", "baseline")
 # traced modes: the agent settings each changes from the defaults
 AGENT_MODES = {"otel-ebpf": {}, "otel-ebpf-no-tasks": {"correlation": {"asyncio_tasks": False}},

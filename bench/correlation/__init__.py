@@ -6,8 +6,20 @@ topology (asyncio gateway, threadpool RAG service, gunicorn sync service, leaves
 For tests: `start_topology(tmpdir) -> Topology` and `evaluate(spans, truth) -> Report`.
 """
 
-from bench.correlation.evaluate import Report, evaluate, read_spans
-from bench.correlation.topology import Topology, pick_ports, read_truth, start_topology
+from __future__ import annotations
 
-__all__ = ["Report", "Topology", "evaluate", "pick_ports", "read_spans", "read_truth",
-           "start_topology"]
+import importlib
+
+# imported when first used: the services (bench.correlation.services) run on interpreters
+# that have their web packages only, not the evaluation's (tests, the agent)
+_WHERE = {"Report": "evaluate", "evaluate": "evaluate", "read_spans": "evaluate",
+          "Topology": "topology", "pick_ports": "topology", "read_truth": "topology",
+          "start_topology": "topology"}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(name)
+    return getattr(importlib.import_module(f"bench.correlation.{_WHERE[name]}"), name)

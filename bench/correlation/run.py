@@ -30,7 +30,7 @@ from bench.correlation.topology import REPO, pick_ports, start_topology
 from tests.integration.conftest import AgentRun, agent_config, read_metrics
 
 VENV_BIN = Path(sys.executable).parent
-AGENT_START_TIMEOUT_S = 60.0
+AGENT_START_TIMEOUT_S = 180.0  # a loaded machine: its /proc scans take a while
 SETTLE_S = 3.0  # > the agent's default correlation window (2s): steady state, not shutdown
 
 
@@ -89,6 +89,18 @@ def run_level(concurrency: int, requests: int, workdir: Path, deadline_s: float,
     return LevelResult(concurrency, load, report, exit_code, read_metrics(agent.traces), workdir)
 
 
+def _interpreter() -> str:
+    """The services' interpreter: its version and where it lives (a venv's base)."""
+    python = os.environ.get("BENCH_SERVICE_PYTHON") or sys.executable
+    try:
+        out = subprocess.run([python, "-c", "import sys; print(sys.version.split()[0], "
+                              "sys.base_prefix)"], capture_output=True, text=True, timeout=30)
+        version, base = out.stdout.split()
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return python
+    return f"CPython {version} ({base})"
+
+
 def _version() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
@@ -112,7 +124,8 @@ def results_markdown(results: list[LevelResult], command: str) -> str:
     date = datetime.date.today().isoformat()
     return (
         f"\n## Span parents against ground truth\n\n`{command}`\n\n"
-        f"{date}, {_version()}. Topology (each its own process): load generator (threads, "
+        f"{date}, {_version()}, services on {_interpreter()}. Topology (each its own "
+        "process): load generator (threads, "
         "`requests`) -> gateway (FastAPI `async def`, shared `httpx.AsyncClient`) -> rag "
         "(FastAPI `def`, threadpool, `requests`) -> embedder, vectordb, llm (SSE stream); "
         "gateway -> legacy (gunicorn sync workers, Flask) -> embedder on every third request. "
@@ -134,8 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--legacy-every", type=int, default=3,
                    help="every k-th gateway request also calls legacy (0: never)")
     p.add_argument("--workdir", type=Path, help="logs, ground truth, spans (default: a temp dir)")
+    p.add_argument("--python", help="the interpreter the services run on (a venv's python "
+                   "with fastapi, uvicorn, httpx, requests, flask, gunicorn); default: this one")
     p.add_argument("--out", type=Path, help="append the Markdown tables to this file")
     a = p.parse_args(argv)
+    if a.python:
+        os.environ["BENCH_SERVICE_PYTHON"] = a.python
     levels = [int(x) for x in a.levels.split(",") if x.strip()]
     if not levels or min(levels) < 1 or a.requests < 1:
         p.error("--levels must be positive integers and --requests at least 1")

@@ -60,7 +60,7 @@ class Topology:
         log = self.workdir / f"loadgen-c{concurrency}.log"
         with log.open("w") as err:
             out = subprocess.run(
-                [sys.executable, "-m", "bench.correlation.services", "loadgen",
+                [service_python(), "-m", "bench.correlation.services", "loadgen",
                  "--requests", str(requests), "--concurrency", str(concurrency),
                  "--deadline", str(deadline_s), "--legacy-every", str(legacy_every)],
                 cwd=REPO, env={**self.env, "OTEL_SERVICE_NAME": "loadgen"},
@@ -102,12 +102,19 @@ def read_truth(truth_dir: Path) -> list[dict]:
     return lines
 
 
+def service_python() -> str:
+    """The interpreter the services and the load generator run on: BENCH_SERVICE_PYTHON
+    (another CPython with the services' packages: pyenv's 3.12, a distribution's stripped
+    python3), else this one."""
+    return os.environ.get("BENCH_SERVICE_PYTHON") or sys.executable
+
+
 def _command(name: str, port: int) -> list[str]:
     if name == "legacy":
-        return [sys.executable, "-m", "gunicorn", "-w", str(LEGACY_WORKERS), "-k", "sync",
+        return [service_python(), "-m", "gunicorn", "-w", str(LEGACY_WORKERS), "-k", "sync",
                 "-b", f"127.0.0.1:{port}", "--log-level", "warning",
                 "bench.correlation.services:make_legacy()"]
-    return [sys.executable, "-m", "bench.correlation.services", name]
+    return [service_python(), "-m", "bench.correlation.services", name]
 
 
 def start_topology(tmpdir: Path | str, ports: dict[str, int] | None = None,
