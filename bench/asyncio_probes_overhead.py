@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -61,19 +60,17 @@ def measure(mode: str, steps: int) -> dict:
         return run_loop(steps)
     import _asyncio
 
-    from otel_ebpf.kernel.asyncio_probes import asyncio_libraries_of
+    from otel_ebpf.kernel.asyncio_probes import asyncio_libraries_of, interpreters_of
     from otel_ebpf.kernel.libbpf import LibbpfLog
     from otel_ebpf.kernel.socket_tracer import CaptureSettings, SocketTracer
-    from otel_ebpf.protocols.base import Role
 
     tracer = SocketTracer(CaptureSettings(ports=(1,)), LibbpfLog())
     try:
         minor = sys.version_info.minor
         assert any(p == _asyncio.__file__ for p, _ in asyncio_libraries_of("self"))
-        assert minor >= 11
-        tracer.asyncio.on_connection(os.getpid(), Role.CLIENT)  # this process alone
-        proc = tracer.asyncio.procs[os.getpid()]
-        if len(proc.links) < 2 or len(proc.ctx_links) < 2:
+        attached = tracer.asyncio._attach(_asyncio.__file__, minor)
+        attached += sum(tracer.asyncio._attach_interpreter(p) for p in interpreters_of("self"))
+        if attached < 2:
             raise SystemExit("this interpreter has no symbols for the probes: nothing to measure")
         return run_loop(steps)
     finally:

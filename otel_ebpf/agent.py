@@ -131,6 +131,8 @@ class Agent:
     def start(self) -> None:
         self.tracer = SocketTracer(capture_settings(self.cfg, self.registry.wide_prefixes()),
                                    self.libbpf_log)
+        if self.cfg.receiver.correlation_asyncio_tasks:
+            self.tracer.asyncio.scan_all()
         if self.cfg.receiver.tls_openssl:
             self.tracer.ssl.scan_all()
         log.info("attached %d programs; parsers: %s; layers over HTTP: %s",
@@ -202,8 +204,6 @@ class Agent:
             # no parser wants these: the kernel stops copying their bytes
             self.tracer.mute(self.table.to_mute)
             self.table.to_mute.clear()
-        if self.cfg.receiver.correlation_asyncio_tasks and self.tracer is not None:
-            self.tracer.asyncio.observe(self.table.observed)  # leaf services lose the probes
         self.correlator.observe(self.table.observed)
         if self.server_threads is not None:
             self.server_threads.observe(self.table.observed)
@@ -213,20 +213,16 @@ class Agent:
     def _new_processes(self, events: list) -> None:
         """A process's first connection: read its resource now (short-lived clients such as
         curl are gone by the time their spans are exported) and probe its asyncio."""
-        tasks = self.tracer.asyncio if (
-            self.cfg.receiver.correlation_asyncio_tasks and self.tracer is not None) else None
         for ev in events:
-            if type(ev) is ConnOpen and tasks is not None:
-                tasks.on_connection(ev.key[0], ev.role)  # probes where calls need parents
             if type(ev) is ConnOpen and ev.key[0] not in self._primed:
                 self._primed.add(ev.key[0])
                 self.resources.prime(ev.key[0], ev.comm)
+                if self.cfg.receiver.correlation_asyncio_tasks and self.tracer is not None:
+                    self.tracer.asyncio.scan([ev.key[0]])
                 if self.cfg.receiver.tls_openssl and self.tracer is not None:
                     self.tracer.ssl.scan([ev.key[0]])
             elif type(ev) is ProcessExit:
                 self._primed.discard(ev.pid)
-                if tasks is not None:
-                    tasks.forget(ev.pid)
             elif type(ev) is ProcessExec and self.cfg.receiver.tls_openssl and self.tracer:
                 # a static build is known by its executable now; a libssl it loads later
                 # is looked for again at its first connection

@@ -220,12 +220,6 @@ class BPFObject:
                                               binary.encode(), offset)
         return self._keep(link, f"uprobe {program} on {binary}+{offset:#x}")
 
-    def detach(self, link: int) -> None:
-        """Destroy one link attach_* returned (a uprobe of a process no longer probed)."""
-        if link in self.links:
-            self.links.remove(link)
-            lib.bpf_link__destroy(link)
-
     def attach_perf_event(self, program: str, perf_fd: int) -> int:
         link = lib.bpf_program__attach_perf_event(self._program(program), perf_fd)
         return self._keep(link, f"attaching {program} to perf event {perf_fd}")
