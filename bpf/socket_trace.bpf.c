@@ -318,7 +318,7 @@ int on_process_exec(void *ctx) { return emit_proc_event(EV_PROC_EXEC); }
 static __always_inline int task_enter(__u64 task, const __u32 context_off)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct running_task t = {.task = task};
+	struct running_task t = {.task = task, .ctx_off = context_off};
 	bpf_probe_read_user(&t.ctx, sizeof(t.ctx), (void *)(task + context_off));
 	bpf_map_update_elem(&cur_task, &tid, &t, BPF_ANY);
 	return 0;

@@ -191,6 +191,8 @@ CAPTURE_MAP struct {
 struct running_task {
 	__u64 task;
 	__u64 ctx;      /* the task's Context (TaskObj.task_context), 0 when unreadable */
+	__u32 ctx_off;  /* where the task keeps it (its CPython version's offset) */
+	__u32 _pad;
 };
 
 CAPTURE_MAP struct {
@@ -239,13 +241,26 @@ static __always_inline bool context_entered(__u64 ctx)
 	return entered != 0;
 }
 
+/* Is the task's step still running? Its Context is entered, and it is still that task's
+ * Context: a task that ended cleared the field (its Context freed may come back entered as
+ * another, from CPython's free list, while the dead task's entry is still here). */
+static __always_inline bool step_running(struct running_task *t)
+{
+	__u64 now = 0;
+	if (!context_entered(t->ctx))
+		return false;
+	if (bpf_probe_read_user(&now, sizeof(now), (void *)(t->task + t->ctx_off)))
+		return false;
+	return now == t->ctx;
+}
+
 /* The task whose step this thread is running now, or 0 (its last step has returned). */
 static __always_inline __u64 running_task_of(__u32 tid)
 {
 	struct running_task *t = bpf_map_lookup_elem(&cur_task, &tid);
 	if (!t)
 		return 0;
-	return context_entered(t->ctx) ? t->task : 0;
+	return step_running(t) ? t->task : 0;
 }
 
 /* The asyncio task a thread works for: the one whose step it runs, or the one whose
@@ -255,7 +270,7 @@ static __always_inline __u64 task_of_thread(__u32 tid)
 {
 	struct running_task *t = bpf_map_lookup_elem(&cur_task, &tid);
 	if (t)
-		return context_entered(t->ctx) ? t->task : 0;
+		return step_running(t) ? t->task : 0;
 	__u64 *ctx = bpf_map_lookup_elem(&cur_ctx, &tid);
 	if (!ctx || !context_entered(*ctx))
 		return 0;
