@@ -300,6 +300,11 @@ SEC("tracepoint/sched/sched_process_exit")
 int on_process_exit(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
+	/* Every thread: its last task step and Context have no return probe to clear them,
+	 * and its thread id comes back as another thread's (a thread pool worker, say). */
+	__u32 tid = (__u32)id;
+	bpf_map_delete_elem(&cur_task, &tid);
+	bpf_map_delete_elem(&cur_ctx, &tid);
 	if ((__u32)id != (id >> 32))
 		return 0; /* a thread, not the process */
 	return emit_proc_event(EV_PROC_EXIT);
