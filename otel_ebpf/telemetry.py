@@ -38,6 +38,8 @@ COUNTERS: dict[str, tuple[str, str]] = {
     "profiles.samples_dropped": ("{sample}", "CPU samples dropped: too many waiting for export"),
     "profiles.python_walk_failed": ("{sample}", "Samples of Python processes whose Python "
                                     "frames could not be read"),
+    "profiles.errors": ("{error}", "Profiler steps that failed and were skipped (one sample's "
+                        "part, address, file or export), by stage and reason"),
     "profiles.exported": ("{sample}", "CPU samples a profile exporter delivered, by exporter"),
     "profiles.export_failed": ("{sample}", "CPU samples a profile exporter failed to deliver"),
     "metrics.measurements_dropped": ("{measurement}", "Span measurements not recorded, by reason "
