@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from otel_ebpf.kernel.cpu_sampler import PY_F_ENTRY, RawSample
 
+from .demangle import demangle
 from .elf import ElfCache, follows_call, read_file
 from .frames import KERNEL, NATIVE, PYTHON, Frame, merge, python_groups
 from .kallsyms import KernelSymbols
@@ -189,7 +190,7 @@ class Symbolizer:
         base = os.path.basename(m.path)
         if sym is None:
             return Frame(f"{base}+{file_off:#x}", m.path, NATIVE, file_off)
-        return Frame(sym[0], m.path, NATIVE, vaddr if vaddr is not None else file_off)
+        return Frame(demangle(sym[0]), m.path, NATIVE, vaddr if vaddr is not None else file_off)
 
     def forget(self, pid: int) -> None:
         proc = self._procs.pop(pid, None)

@@ -1,5 +1,6 @@
 """A PyTorch program that measures its own profile: prints READY, waits for a line on
-stdin (the profiler attaches meanwhile), then imports torch under the profiler and runs
+stdin (the profiler attaches meanwhile), then imports torch under the profiler (before
+READY instead with argv[2] == "early") and runs
 `torch_hot` (torch.matmul in a loop) and `python_other` (pure Python) in alternation for
 argv[1] seconds. At the end it prints one JSON line: the CPU seconds of the whole process
 from the go line on (time.process_time, every thread) and of `torch_hot` alone
@@ -41,10 +42,13 @@ def import_torch():
 
 def main() -> None:
     duration = float(sys.argv[1]) if len(sys.argv) > 1 else 10.0
+    early = len(sys.argv) > 2 and sys.argv[2] == "early"
+    torch = import_torch() if early else None
     print("READY", flush=True)
     sys.stdin.readline()
     cpu0 = time.process_time()
-    torch = import_torch()
+    if torch is None:
+        torch = import_torch()
     a, b = torch.randn(256, 256), torch.randn(256, 256)
     hot = 0.0
     end = time.monotonic() + duration
