@@ -70,15 +70,21 @@ def build_table(path: str) -> UnwindTable:
             raise UnsupportedFile(f"{path}: {elf['e_machine']} (only x86-64 tables)")
         from .elf import _build_id  # noqa: PLC0415 (one reader of build ids)
         build_id = _build_id(elf)
+        # both when both are there: a file built with -g and without unwind tables has
+        # .debug_frame for its code and .eh_frame only for the C runtime's start files
+        spans: list[tuple[int, int, bytes]] = []
+        sources = []
         for name, is_eh in ((".eh_frame", True), (".debug_frame", False)):
             sec = elf.get_section_by_name(name)
             if sec is None or sec["sh_type"] == "SHT_NOBITS" or not sec["sh_size"]:
                 continue
-            data = sec.data()
-            rows, fdes = _parse(data, sec["sh_addr"], is_eh)
-            if fdes:
-                return UnwindTable(build_id, rows, fdes, name)
-    raise UnsupportedFile(f"{path}: no call frame information")
+            found = _parse(sec.data(), sec["sh_addr"], is_eh)
+            if found:
+                spans += found
+                sources.append(name)
+    if not spans:
+        raise UnsupportedFile(f"{path}: no call frame information")
+    return UnwindTable(build_id, _rows(spans), len(spans), "+".join(sources))
 
 
 # ---------------------------------------------------------------- CFI parsing
@@ -201,8 +207,8 @@ def _parse_cie(d: bytes, i: int, end: int, is_eh: bool, sec_addr: int) -> _Cie:
     return _Cie(code_align, data_align, ra, fde_enc, has_z, d[i:end], "S" in aug)
 
 
-def _parse(d: bytes, sec_addr: int, is_eh: bool) -> tuple[bytes, int]:
-    """(rows, FDE count) of a whole .eh_frame/.debug_frame section."""
+def _parse(d: bytes, sec_addr: int, is_eh: bool) -> list[tuple[int, int, bytes]]:
+    """(start, end, packed rows) of each FDE of a .eh_frame/.debug_frame section."""
     cies: dict[int, _Cie] = {}
     # (start, end, packed rows) per FDE: packed at once, a list of tuples per FDE held
     # libtorch's build at ~450 MB
@@ -247,6 +253,11 @@ def _parse(d: bytes, sec_addr: int, is_eh: bool) -> tuple[bytes, int]:
         except (IndexError, struct.error, UnsupportedFile):
             pass  # one malformed entry: its range stays without rows (frame pointers)
         i = end
+    return spans
+
+
+def _rows(spans: list[tuple[int, int, bytes]]) -> bytes:
+    """One sorted table from the FDEs' rows: a KIND_NONE row closes each gap."""
     spans.sort(key=lambda s: s[0])
     out = bytearray()
     last_end = 0
@@ -265,7 +276,7 @@ def _parse(d: bytes, sec_addr: int, is_eh: bool) -> tuple[bytes, int]:
         last_end = hi
     if spans:
         out += ROW.pack(last_end, KIND_NONE, 0, 0)
-    return bytes(out), len(spans)
+    return bytes(out)
 
 
 def _parse_cie_at(d: bytes, at: int, is_eh: bool, sec_addr: int) -> _Cie:

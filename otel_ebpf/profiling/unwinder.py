@@ -208,8 +208,9 @@ class Unwinder:
             self._push(pid)
 
     def idle(self) -> bool:
+        """No table being built or waiting to be given to its processes."""
         with self._lock:
-            return not self._waiting
+            return not self._waiting and self._ready.empty()
 
     def close(self) -> None:
         self._queue.put(None)

@@ -88,7 +88,8 @@ def test_torch_import_and_matmul_under_the_profiler(tmp_path):
 
     stacks = _folded(tmp_path / "folded")
     total = sum(n for _, n in stacks)
-    assert total >= RUN_S * FREQUENCY * 0.3, f"only {total} samples"
+    # samples come with the CPU the program got (a busy machine gives it less)
+    assert total >= 0.5 * measured["total_cpu_s"] * FREQUENCY, f"only {total} samples"
     hot = sum(n for frames, n in stacks if "torch_hot" in frames)
     share, want = hot / total, measured["torch_hot_cpu_s"] / measured["total_cpu_s"]
     # after the import every frame is of a live code object: all of them named
@@ -107,3 +108,65 @@ def test_torch_import_and_matmul_under_the_profiler(tmp_path):
     counted = {dict(labels)["reason"] for (name, labels) in stats.snapshot()
                if name == "profiles.errors"}
     assert counted == {r for _, r in profiler.failures}
+
+
+@pytest.mark.timeout(900)
+def test_torch_matmul_stacks_reach_libtorch_with_unwind_tables(tmp_path):
+    """libtorch and MKL have no frame pointers: with unwind tables the samples of the
+    Python function go on through the dispatcher and at:: down to the BLAS kernel."""
+    require_kernel()
+    require_torch()
+    from otel_ebpf.export.profile_exporters import build_profile_exporters
+    from otel_ebpf.kernel.libbpf import LibbpfLog
+    from otel_ebpf.profiling.profiler import CpuProfiler, ProfilerSettings
+    from tests.integration.test_profile_unwind import wait_tables
+
+    exporters, _ = build_profile_exporters({"folded": {"path": str(tmp_path / "folded")}})
+    # torch imported before the profiler starts: its tables are built while the program
+    # waits, so every sample of the measured part is walked with them
+    proc = subprocess.Popen([sys.executable, str(WORKLOAD), str(RUN_S), "early"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert _wait_line(proc) == "READY"
+        profiler = CpuProfiler(
+            ProfilerSettings(frequency=FREQUENCY, interval_s=3600, pids=(proc.pid,),
+                             unwind_tables=True),
+            exporters, LibbpfLog(), resources=lambda pid, comm: {"process.pid": pid},
+            to_wall=lambda t: t)
+        try:
+            wait_tables(profiler)
+            builds = {b.path.rsplit("/", 1)[-1]: b for b in profiler.unwinder.builds}
+            profiler.start()
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            assert _wait_line(proc) == "IMPORTED"
+            measured = json.loads(_wait_line(proc))
+            profiler.stop()
+        finally:
+            profiler.close()
+        proc.stdin.write("done\n")
+        proc.stdin.flush()
+    finally:
+        stop_process(proc)
+    assert "libtorch_cpu.so" in builds, sorted(builds)
+
+    stacks = _folded(tmp_path / "folded")
+    hot = [(frames, n) for frames, n in stacks if "torch_hot" in frames]
+    n_hot = sum(n for _, n in hot)
+    assert n_hot >= 0.5 * measured["torch_hot_cpu_s"] * FREQUENCY, f"only {n_hot} samples"
+
+    def through_libtorch(frames: list[str]) -> bool:
+        below = frames[frames.index("torch_hot") + 1:]  # root first: what it called
+        return any(f.startswith("at::") for f in below)
+
+    reached = sum(n for frames, n in hot if through_libtorch(frames))
+    blas = sum(n for frames, n in hot if through_libtorch(frames)
+               and ("gemm" in frames[-1] or frames[-1].startswith("mkl_")))
+    total = sum(n for _, n in stacks)
+    share, want = n_hot / total, measured["torch_hot_cpu_s"] / measured["total_cpu_s"]
+    report = (f"{reached}/{n_hot} torch_hot samples reach at:: frames, {blas} of them down "
+              f"to a BLAS leaf; torch_hot {share:.3f} sampled vs {want:.3f} measured; "
+              f"libtorch_cpu table {builds['libtorch_cpu.so'].rows} rows")
+    print(report)
+    assert reached >= 0.8 * n_hot, report
+    assert abs(share - want) <= 0.10, report
