@@ -169,7 +169,8 @@ class Agent:
         self.profiler = CpuProfiler(
             ProfilerSettings(frequency=r.profiling_frequency, interval_s=r.profiling_interval_s,
                              link_delay_s=r.correlation_window_s + 1.0, pids=pids,
-                             process_names=names),
+                             process_names=names, unwind_tables=r.profiling_unwind_tables,
+                             unwind_rows=r.profiling_unwind_table_mib << 20 >> 3),
             exporters, self.libbpf_log, resources=self.resources.get,
             to_wall=self.clock.to_wall, stats=self.stats, spans=self.server_threads.spans)
         self.profiler.start()

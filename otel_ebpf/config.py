@@ -511,6 +511,10 @@ _RECEIVER = _Map(
         "profiling": _Map({
             "frequency": _Int(1, 999, 19),
             "interval": _Duration("1s", "1h", "10s"),
+            # native stacks of code without frame pointers from its unwind tables
+            # (docs/profiling.md), and the kernel memory their rows may take in all
+            "unwind_tables": _Bool(False),
+            "unwind_table_mib": _Int(1, 1024, 32),
         }),
         # RDMA port counters (sysfs) and verbs/NCCL uprobes, exported as metrics (docs/rdma.md)
         "rdma": _Map({
@@ -1054,6 +1058,8 @@ class EbpfReceiver:
     tls_openssl: bool = _D["tls"]["openssl"]
     profiling_frequency: int = _D["profiling"]["frequency"]
     profiling_interval_s: float = _D["profiling"]["interval"]
+    profiling_unwind_tables: bool = _D["profiling"]["unwind_tables"]
+    profiling_unwind_table_mib: int = _D["profiling"]["unwind_table_mib"]
     rdma_enabled: bool = _D["rdma"]["enabled"]
     rdma_sysfs_root: str = _D["rdma"]["sysfs_root"]
     rdma_interval_s: float = _D["rdma"]["interval"]
@@ -1145,6 +1151,8 @@ def _build(tree: dict) -> Config:
             tls_openssl=e["tls"]["openssl"],
             profiling_frequency=e["profiling"]["frequency"],
             profiling_interval_s=e["profiling"]["interval"],
+            profiling_unwind_tables=e["profiling"]["unwind_tables"],
+            profiling_unwind_table_mib=e["profiling"]["unwind_table_mib"],
             rdma_enabled=e["rdma"]["enabled"],
             rdma_sysfs_root=e["rdma"]["sysfs_root"],
             rdma_interval_s=e["rdma"]["interval"],
