@@ -111,7 +111,8 @@ enum prof_counter_idx {
 	PCNT_UW_SAMPLES = 3,     /* samples whose user stack was walked with unwind tables */
 	PCNT_UW_TABLE = 4,       /* frames stepped over by a table row */
 	PCNT_UW_FP = 5,          /* frames stepped over by frame pointer (no row there) */
-	PCNT_UW_STOPPED = 6,     /* walks ended by a rule the walker cannot follow */
+	PCNT_UW_STOPPED = 6,     /* walks ended by a row saying stop: the outermost frame
+	                          * (_start), or rules the walker cannot follow */
 	PCNT_UW_SCAN = 7,        /* leaves without rules stepped over by a stack scan */
 	PCNT_MAX = 8,
 };

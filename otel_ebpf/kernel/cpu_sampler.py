@@ -164,6 +164,8 @@ class CpuSampler:
         try:
             self.obj.set_max_entries("samples", ring_buffer_bytes)
             self.obj.set_max_entries("unwind_rows", max(1, unwind_rows))
+            # preallocated hash (2 KiB an entry): only as large as needed when tables are off
+            self.obj.set_max_entries("unwind_procs", MAX_TARGETS if unwind_rows else 1)
             self.obj.set_rodata(CONFIG.pack(os.getpid(), bool(pids) or bool(names), bool(names),
                                             unwind_rows > 0))
             self.obj.load()

@@ -38,10 +38,11 @@ def test_abi_matches_the_c_header(tmp_path):
 #include <linux/types.h>
 #include "profile_abi.h"
 int main(void) {
-  printf("%zu %zu %zu %zu %zu %zu %zu\\n", sizeof(struct profile_sample),
+  printf("%zu %zu %zu %zu %zu %zu %zu %zu %zu %d\\n", sizeof(struct profile_sample),
          offsetof(struct profile_sample, kstack), offsetof(struct profile_sample, ustack),
          offsetof(struct profile_sample, py), sizeof(struct py_proc),
-         sizeof(struct profile_config), offsetof(struct py_proc, o));
+         sizeof(struct profile_config), offsetof(struct py_proc, o),
+         sizeof(struct unwind_row), sizeof(struct unwind_proc), UNWIND_MAX_MAPS);
   return 0;
 }""")
     subprocess.run([cc, "-I", str(REPO / "bpf/include"), "-o", str(tmp_path / "probe"),
@@ -50,7 +51,9 @@ int main(void) {
                          check=True).stdout.split()
     assert list(map(int, out)) == [cpu_sampler.SAMPLE_SIZE, cpu_sampler._K_AT,
                                    cpu_sampler._U_AT, cpu_sampler._P_AT,
-                                   cpu_sampler.PY_PROC_SIZE, cpu_sampler.CONFIG.size, 8]
+                                   cpu_sampler.PY_PROC_SIZE, cpu_sampler.CONFIG.size, 8,
+                                   cpu_sampler.UNWIND_ROW_SIZE, cpu_sampler.UNWIND_PROC_SIZE,
+                                   cpu_sampler.UNWIND_MAX_MAPS]
 
 
 def test_decode_sample_roundtrip():
