@@ -78,11 +78,8 @@ class Agent:
         self.resources = ProcessResources()
         self._stop = threading.Event()
         r = cfg.receiver
-        # every parser learns which headers correlate/ links spans by
-        options = {name: {"correlation_headers": list(r.correlation_headers),
-                          **r.protocol_options.get(name, {})}
-                   for name in r.protocols_enabled}
-        self.registry = Registry.from_config(r.protocols_enabled, options)
+        # the options load_config built each plugin with (correlation headers included)
+        self.registry = Registry.from_config(r.protocols_enabled, r.plugin_options())
         self.correlator = Correlator(self.stats, int(r.correlation_window_s * 1e9),
                                      r.correlation_headers, max_requests=r.max_connections * 4)
         self.table = ConnTable(self.registry, self.stats, r.max_connections,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -158,3 +160,45 @@ def test_invalid_config_exits_2_with_path_and_expected_form(tmp_path, body, path
     flat = " ".join(proc.stderr.split())  # the console wraps long lines
     assert path in flat and expected in flat, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+BAD_VALUES = [
+    ("receivers: {ebpf: {protocols: {enabled: [http1, grpc]}}}\n",
+     "receivers.ebpf.protocols.enabled[1]",
+     "expected an installed protocol: http1, http2, llm, rtps, vectordb, got 'grpc'"),
+    ("receivers: {ebpf: {protocols: {llm: {provider: 7}}}}\n",
+     "receivers.ebpf.protocols.llm.provider", "expected a non-empty string, got 7"),
+    ("receivers: {ebpf: {protocols: {vectordb: {system: mongo}}}}\n",
+     "receivers.ebpf.protocols.vectordb.system",
+     "expected one of ['chroma', 'qdrant', 'weaviate', 'milvus'], got 'mongo'"),
+    ("exporters: {otlp: {endpoint: 'c:4317', tls: {ca_file: /nonexistent/ca.pem}}}\n"
+     "service: {pipelines: {traces: {receivers: [ebpf], exporters: [otlp]}}}\n",
+     "exporters.otlp.tls.ca_file",
+     "expected a readable file, got '/nonexistent/ca.pem' (No such file or directory)"),
+]
+
+
+@pytest.mark.parametrize("user", ["root", "nobody"])
+@pytest.mark.parametrize(("body", "path", "message"), BAD_VALUES,
+                         ids=["unknown-protocol", "layer-option", "layer-choice", "tls-file"])
+def test_invalid_values_exit_2_before_the_privilege_check(user, body, path, message):
+    """Config errors that only the agent used to find (after the privilege check: exit 1
+    unprivileged, a quoted KeyError for an unknown protocol) are found at load time."""
+    prefix = _as_nobody() if user == "nobody" else []
+    with tempfile.TemporaryDirectory(prefix="otel-ebpf-cli-") as where:  # pytest's is 0700
+        cfg = Path(where) / "bad.yaml"
+        cfg.write_text(body)
+        os.chmod(where, 0o755)
+        cfg.chmod(0o644)
+        proc = run("run", "-c", str(cfg), prefix=prefix, env={"HOME": "/tmp", "COLUMNS": "400"})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == f"otel-ebpf: config error at {path}: {message}"
+
+
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_bad_protocol_option_from_the_environment_exits_2_naming_it(user):
+    var = "OTEL_EBPF_RECEIVERS_EBPF_PROTOCOLS_RTPS_MAX_WAITING"
+    prefix = _as_nobody() if user == "nobody" else []
+    proc = run("run", prefix=prefix, env={"HOME": "/tmp", "COLUMNS": "400", var: "0"})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == f"otel-ebpf: config error at {var}: expected at least 1, got 0"
