@@ -87,6 +87,34 @@ def test_check_reports_every_feature():
         assert feature in proc.stdout, feature
 
 
+def test_check_probes_the_helpers_each_feature_needs():
+    """bpf_loop (Linux 5.17) for CPU profiles and GPU memory, probed for real (6.x here)."""
+    require_kernel()
+    proc = run("check", env={"COLUMNS": "400"}, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {line.split("│")[1].strip(): line for line in proc.stdout.splitlines()
+            if line.startswith("│ kernel: ")}
+    assert list(rows) == ["kernel: socket capture (traces, metrics)",
+                          "kernel: TLS (OpenSSL uprobes)", "kernel: CPU profiles",
+                          "kernel: GPU memory (CUDA uprobes)", "kernel: RDMA and NCCL (uprobes)"]
+    assert "bpf_loop in perf_event programs (Linux 5.17+): yes" in rows["kernel: CPU profiles"]
+    assert "bpf_loop in uprobe programs (Linux 5.17+): yes" in rows[
+        "kernel: GPU memory (CUDA uprobes)"]
+    assert "bpf_ringbuf_reserve in tracepoint programs (Linux 5.8+): yes" in rows[
+        "kernel: socket capture (traces, metrics)"]
+    for row in rows.values():
+        assert "│ ok " in row, row
+
+
+def test_helper_probe_tells_a_helper_the_kernel_lacks():
+    """The probe can say no: a helper id no kernel has is refused by this one's verifier."""
+    require_kernel()
+    from otel_ebpf.kernel.features import FEATURE_NEEDS, Need, probe
+
+    assert probe(Need("unknown#4000", 4000, "perf_event", 7, "never")) is False
+    assert all(probe(n) is True for needs in FEATURE_NEEDS.values() for n in needs)
+
+
 def test_check_without_privileges_fails():
     if os.geteuid() != 0:
         pytest.skip("needs root to drop capabilities from")
