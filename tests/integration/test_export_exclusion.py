@@ -51,8 +51,8 @@ def test_profiles_only_otlp_endpoint_is_not_traced(start_agent, uvicorn_server, 
         assert _exports(count_file) >= 3, agent.stderr
         # a request after those exports, on a selected port: its span shows capture works
         # and that the spans of what came before have been written
-        subprocess.run(["curl", "-sS", "-o", "/dev/null", f"http://127.0.0.1:{uvicorn_server}/items/7"],
-                       check=True, timeout=30)
+        subprocess.run(["curl", "-sS", "-o", "/dev/null",
+                        f"http://127.0.0.1:{uvicorn_server}/items/7"], check=True, timeout=30)
         spans = agent.wait_for(lambda ss: any(s.attrs.get("url.path") == "/items/7" for s in ss),
                                timeout_s=60)
         assert any(s.attrs.get("url.path") == "/items/7" for s in spans), agent.stderr

@@ -585,7 +585,7 @@ def test_missing_file_names_it(tmp_path):
     assert info.value.path == str(tmp_path)
 
 
-# --------------------------------------------------------------------------- parser and layer options
+# ----------------------------------------------------------------- parser and layer options
 
 PROTO = "OTEL_EBPF_RECEIVERS_EBPF_PROTOCOLS_"
 
