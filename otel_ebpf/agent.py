@@ -10,7 +10,7 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from otel_ebpf.config import Config
+from otel_ebpf.config import SIGNALS, Config
 from otel_ebpf.conntrack.table import ConnTable
 from otel_ebpf.correlate import Correlator
 from otel_ebpf.export.factory import (
@@ -43,7 +43,9 @@ DROP_WARN_INTERVAL_S = 10.0
 
 def capture_settings(cfg: Config, wide_prefixes: tuple[str, ...] = ()) -> CaptureSettings:
     r = cfg.receiver
-    exporters = {**cfg.exporters_for("traces"), **cfg.exporters_for("metrics")}
+    # every signal's exporters: a profiles-only OTLP endpoint is an export of ours as well
+    exporters = {name: settings for signal in SIGNALS
+                 for name, settings in cfg.exporters_for(signal).items()}
     return CaptureSettings(
         capture_max=r.capture_max_bytes,
         ring_buffer_bytes=r.ring_buffer_size_mib << 20,
@@ -76,11 +78,8 @@ class Agent:
         self.resources = ProcessResources()
         self._stop = threading.Event()
         r = cfg.receiver
-        # every parser learns which headers correlate/ links spans by
-        options = {name: {"correlation_headers": list(r.correlation_headers),
-                          **r.protocol_options.get(name, {})}
-                   for name in r.protocols_enabled}
-        self.registry = Registry.from_config(r.protocols_enabled, options)
+        # the options load_config built each plugin with (correlation headers included)
+        self.registry = Registry.from_config(r.protocols_enabled, r.plugin_options())
         self.correlator = Correlator(self.stats, int(r.correlation_window_s * 1e9),
                                      r.correlation_headers, max_requests=r.max_connections * 4)
         self.table = ConnTable(self.registry, self.stats, r.max_connections,
