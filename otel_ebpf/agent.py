@@ -73,9 +73,9 @@ class Agent:
         self.cfg = cfg
         self.stats = Stats()
         self.clock = KernelClock()
-        self.resources = ProcessResources()
-        self._stop = threading.Event()
         r = cfg.receiver
+        self.resources = ProcessResources(command_args=r.command_args)
+        self._stop = threading.Event()
         # every parser learns which headers correlate/ links spans by
         options = {name: {"correlation_headers": list(r.correlation_headers),
                           **r.protocol_options.get(name, {})}
@@ -236,8 +236,7 @@ class Agent:
         timed_out = sum(1 for s in spans if s.attributes.get("error.type") == "timeout")
         if timed_out:
             self.stats.add("records.timed_out", timed_out)
-        if self.redact_query:  # before any exporter (or span metric) sees a URL
-            self.redact_query.apply(spans)
+        self.redact_query.apply(spans)  # before any exporter (or span metric) sees a URL
         self.traces.submit(spans)
         if self.server_threads is not None:
             self.server_threads.emitted(spans)
