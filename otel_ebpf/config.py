@@ -526,7 +526,7 @@ _RECEIVER = _Map(
         }),
         # optional resource attributes, as a Collector receiver's `resource_attributes`
         "resource_attributes": _Map({
-            # the full command line (redacted): semconv opt-in, it is where secrets are passed
+            # the full command line (redacted): off, it is where secrets are passed
             "process.command_args": _Map({"enabled": _Bool(False)}),
         }),
         "redaction": _Map({

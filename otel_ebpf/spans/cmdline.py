@@ -70,7 +70,9 @@ def _python_code(args: list[str]) -> dict[int, str]:
 
 def _shell_code(args: list[str]) -> dict[int, str]:
     i = 1
-    if os.path.basename(args[0]) == "busybox":  # busybox sh -c ...
+    if os.path.basename(args[0]) == "busybox":  # busybox sh -c ..., not busybox wget -c
+        if len(args) < 2 or not _SHELL.fullmatch(args[1]) or args[1] == "busybox":
+            return {}
         i = 2
     while i < len(args):
         arg = args[i]
@@ -296,7 +298,7 @@ def redact_args(args: list[str]) -> list[str]:
             out.append(redact_value(arg))
             continue
         option = _OPTION.fullmatch(arg)
-        if option and (is_secret_name(option.group(2)) or option.group(1) + option.group(2) in plain):
+        if option and (is_secret_name(option.group(2)) or "".join(option.group(1, 2)) in plain):
             dashes, name, eq, value = option.groups()
             if eq:
                 out.append(f"{dashes}{name}={REDACTED}")

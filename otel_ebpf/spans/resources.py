@@ -3,7 +3,8 @@
 Everything is read from the outside: the process's own environment (as it was at exec:
 /proc/PID/environ never shows later setenv calls), command line, executable and cgroup.
 The command line names the service; process.command_args itself is exported only when
-asked for (semconv makes it opt-in: it is where secrets are passed), and then redacted.
+asked for (it is where secrets are passed; the executable already names the process),
+and then redacted.
 """
 
 from __future__ import annotations

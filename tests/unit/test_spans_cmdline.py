@@ -133,5 +133,7 @@ def test_words_do_not(word):
 
 def test_inline_code_only_for_interpreters():
     assert inline_code(["grep", "-c", "x"]) == {}
+    assert inline_code(["busybox", "wget", "-c", "http://h/"]) == {}
+    assert inline_code(["busybox", "sh", "-c", "x"]) == {3: R}
     assert inline_code(["/usr/bin/bash", "-c", "x"]) == {2: R}
     assert inline_code([]) == {}
