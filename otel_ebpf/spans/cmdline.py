@@ -173,20 +173,15 @@ def _plain_secret_options(program: str) -> tuple[set[str], set[str]]:
 
 # --secret-name=value or --secret-name (value next), -H too long to matter
 _OPTION = re.compile(r"(-{1,2})([A-Za-z][\w.-]*)(=?)(.*)", re.S)
-# `Name: value`, a header as curl -H takes it (also glued, -HName: value): the value runs
-# to the end, spaces included (`Authorization: Bearer x`, `Cookie: a=1; b=2`)
+# `Name: value`, a header as curl -H takes it (also glued, -HName: value): with a secret
+# name, the value runs to the end, spaces included (`Authorization: Bearer x`, `Cookie: a=1`)
 _HEADER = re.compile(
-    r"""(?P<pre>^(?:-H|--header=)?|(?<=[\s"'{,;]))(?P<name>[A-Za-z_][\w.-]*)(?P<sep>:[ \t]*)"""
-    r"""(?P<value>[^\s"'].*)""",
-    re.S,
+    r"""(?:^(?:-H|--header=)?|(?<=[\s"'{,;]))(?P<name>[A-Za-z_][\w.-]*):[ \t]*(?=\S)"""
 )
 # `name=value` and JSON `"name": "value"` inside an argument (variables, query parameters,
-# JSON config); the value ends at a separator unless quoted
-_PAIR = re.compile(
-    r"""(?P<name>[A-Za-z_][\w.-]*)(?P<q1>["']?)(?P<sep>\s*=\s*|(?<=["'])\s*:\s*)"""
-    r"""(?:(?P<q2>["'])(?P<quoted>.*?)(?P=q2)|(?P<value>[^\s&;,"'}]+))""",
-    re.S,
-)
+# JSON config, `--env=API_KEY=x`): the value ends at a separator unless quoted
+_PAIR = re.compile(r"""(?P<name>[A-Za-z_][\w.-]*)["']?(?:\s*=\s*|(?<=["'])\s*:\s*)""")
+_VALUE = re.compile(r"""[^\s&;,"'}]*""")
 _URL_CREDENTIALS = re.compile(r"([A-Za-z][\w+.-]*://)[^/@\s]+@")
 _AUTH_SCHEME = re.compile(r"(?i)\b(bearer\s+)[^\s\"',;]+|\b(basic\s+)[A-Za-z0-9+/=]{8,}")
 _KEY_SHAPES = re.compile(
@@ -208,6 +203,7 @@ _KEY_SHAPES = re.compile(
 # candidates for looks_random: runs of base64/base64url/hex characters
 _TOKEN_RUN = re.compile(r"[A-Za-z0-9+/=_-]{20,}")
 _HEX = re.compile(r"[0-9a-f]+|[0-9A-F]+")
+_DIGEST = re.compile(r"(?:sha1|sha256|sha384|sha512|md5):\Z")  # just before a hex run
 _UUID = re.compile(r"[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 
 MIN_TOKEN = 20  # shorter runs are words, ports, versions
@@ -249,6 +245,8 @@ def looks_random(run: str) -> bool:
 def _random_runs(text: str) -> str:
     def one(m: re.Match) -> str:
         run = m.group(0)
+        if _DIGEST.search(text, 0, m.start()) and _HEX.fullmatch(run):
+            return run  # image@sha256:<hex>: a content digest, public by design
         if "/" in run and not run.startswith("/") and ("+" in run or run.endswith("=")):
             return REDACTED if looks_random(run) else run  # base64 with its / kept whole
         # a path: judge each segment, /home/u/x stays, /tmp/<token> loses the token
@@ -257,14 +255,28 @@ def _random_runs(text: str) -> str:
     return _TOKEN_RUN.sub(one, text)
 
 
-def _pair(m: re.Match) -> str:
-    if not is_secret_name(m.group("name")):
-        return m.group(0)
-    groups = m.groupdict()
-    head = (groups.get("pre") or "") + m.group("name") + (groups.get("q1") or "") + m.group("sep")
-    if groups.get("q2"):
-        return f"{head}{m.group('q2')}{REDACTED}{m.group('q2')}"
-    return head + REDACTED
+def _redact_pairs(text: str, head: re.Pattern, to_end: bool) -> str:
+    """The value after each `head` whose name is secret-looking, replaced. Heads are found
+    one after another, so a pair inside a plain one's value is seen (`--env=TOKEN=x`)."""
+    out: list[str] = []
+    pos = 0
+    for m in head.finditer(text):
+        if m.start() < pos or not is_secret_name(m.group("name")):
+            continue
+        start = end = m.end()
+        if to_end:
+            end, value = len(text), REDACTED
+        elif start < len(text) and text[start] in "\"'":
+            close = text.find(text[start], start + 1)
+            end = len(text) if close < 0 else close + 1
+            value = text[start] + REDACTED + text[start]
+        else:
+            end = _VALUE.match(text, start).end()
+            value = REDACTED if end > start else ""  # `password=` says nothing
+        out += (text[pos:start], value)
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def redact_value(text: str) -> str:
@@ -272,8 +284,8 @@ def redact_value(text: str) -> str:
     text = _URL_CREDENTIALS.sub(rf"\1{REDACTED}@", text)
     text = _KEY_SHAPES.sub(REDACTED, text)
     text = _AUTH_SCHEME.sub(lambda m: (m.group(1) or m.group(2)) + REDACTED, text)
-    text = _HEADER.sub(_pair, text)
-    text = _PAIR.sub(_pair, text)
+    text = _redact_pairs(text, _HEADER, to_end=True)
+    text = _redact_pairs(text, _PAIR, to_end=False)
     return _random_runs(text)
 
 

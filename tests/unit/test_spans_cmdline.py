@@ -96,6 +96,7 @@ KEPT = [
     ["app", "123e4567-e89b-12d3-a456-426614174000", "2026-12-03T08:43:05Z",
      "1234567890123456789012", "deadbeefcafe", "--keyboard", "us", "--ssl-keyfile", "/k.pem"],
     ["nginx", "-g", "daemon off;", "-c", "/etc/nginx/nginx.conf"],
+    ["docker", "pull", "nginx@sha256:" + "4b825dc642cb6eb9a060e54bf8d69288" * 2],  # a digest
     ["curl", "-H", "Content-Type: application/json", "-d", '{"model": "m", "n": 1}',
      "http://localhost:11434/api/chat?stream=false"],
     ["app", "https://user.example.com:8443/a/b", "redis://cache:6379/0", "LOG_LEVEL=debug"],
@@ -137,3 +138,14 @@ def test_inline_code_only_for_interpreters():
     assert inline_code(["busybox", "sh", "-c", "x"]) == {3: R}
     assert inline_code(["/usr/bin/bash", "-c", "x"]) == {2: R}
     assert inline_code([]) == {}
+
+
+@pytest.mark.parametrize(("arg", "expected"), [
+    ("--env=API_KEY=xyz", f"--env=API_KEY={R}"),  # a pair inside a plain option's value
+    ('X-Api-Key: "quoted"', f"X-Api-Key: {R}"),
+    ("Authorization=Bearer abc", f"Authorization={R} {R}"),
+    ("a=1&password=&b=2", "a=1&password=&b=2"),  # an empty value stays empty
+    ("{'secret': 'x y', 'n': 1}", f"{{'secret': '{R}', 'n': 1}}"),
+])
+def test_pairs_inside_arguments(arg, expected):
+    assert redact_args(["app", arg]) == ["app", expected]
