@@ -34,6 +34,7 @@ PYTHON = re.compile(r"python[\d.]*[a-z]?")
 # interpreter options that take a value, the next argument or the rest of this one (-Wignore)
 PY_OPTS_WITH_VALUE = frozenset("cmWX")
 _SHELL = re.compile(r"(ba|da|z|k|mk|a|fi|tc|c|y)?sh|busybox")
+_SHELL_OPTS_WITH_VALUE = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
 _PERL_RUBY = re.compile(r"(perl|ruby)[\d.]*")
 # perl/ruby switches that take the rest of their cluster as a value (-Ilib, -MPOSIX, -i.bak)
 _PERL_OPTS_WITH_VALUE = frozenset("IMmxidDCrF")
@@ -52,6 +53,7 @@ def _python_code(args: list[str]) -> dict[int, str]:
             return {}  # a script, stdin or the end of options: no inline code
         i += 1
         if arg.startswith("--"):
+            i += arg == "--check-hash-based-pycs"  # the one long option with a value
             continue
         for j, flag in enumerate(arg[1:], start=1):
             if flag not in PY_OPTS_WITH_VALUE:
@@ -76,7 +78,7 @@ def _shell_code(args: list[str]) -> dict[int, str]:
         i = 2
     while i < len(args):
         arg = args[i]
-        if arg in ("-o", "+o", "-O", "+O"):  # set -o name: its value is a name
+        if arg in _SHELL_OPTS_WITH_VALUE:  # -o pipefail, --rcfile FILE: not code
             i += 2
             continue
         if not arg.startswith(("-", "+")) or arg in ("-", "--"):
@@ -157,7 +159,6 @@ _PLAIN_SECRET_OPTIONS = {
     "curl": {"-u", "--user", "-U", "--proxy-user", "-b"},
     "redis-cli": {"-a"},
     "sshpass": {"-p"},
-    "wget": {"--user", "--http-user"},
 }
 
 
@@ -171,7 +172,7 @@ def _plain_secret_options(program: str) -> tuple[set[str], set[str]]:
 
 # ---------------------------------------------------------------- value shapes
 
-# --secret-name=value or --secret-name (value next), -H too long to matter
+# an option: dashes, name, `=`, the glued value (--api-key=X, -token, --password)
 _OPTION = re.compile(r"(-{1,2})([A-Za-z][\w.-]*)(=?)(.*)", re.S)
 # `Name: value`, a header as curl -H takes it (also glued, -HName: value): with a secret
 # name, the value runs to the end, spaces included (`Authorization: Bearer x`, `Cookie: a=1`)

@@ -67,6 +67,9 @@ SECRETS = [
      ["python3", "-X", "dev", "-W", "ignore", "-c", R]),
     (["bash", "-ec", "curl -H 'X: $T'"], ["bash", "-ec", R]),
     (["sh", "-o", "pipefail", "-c", "x", "arg0"], ["sh", "-o", "pipefail", "-c", R, "arg0"]),
+    (["bash", "--rcfile", "/r", "-lc", "x"], ["bash", "--rcfile", "/r", "-lc", R]),
+    (["python3", "--check-hash-based-pycs", "always", "-c", "x"],
+     ["python3", "--check-hash-based-pycs", "always", "-c", R]),
     (["perl", "-e", "a", "-e", "b", "file"], ["perl", "-e", R, "-e", R, "file"]),
     (["perl", "-Ilib", "-lne", "print", "file"], ["perl", "-Ilib", "-lne", R, "file"]),
     (["ruby", "-e", "puts 1"], ["ruby", "-e", R]),
@@ -91,6 +94,7 @@ KEPT = [
     ["node", "server.js", "-e", "prod"],
     ["mysql", "-p", "mydb"],  # -p alone prompts; the next argument is a database
     ["ssh", "-p", "2222", "db.internal.example.com"],
+    ["wget", "--user", "bob", "https://example.com/file.tar.gz"],  # a user name, not a secret
     ["java", "-Xmx4g", "-cp", "/opt/app/lib/*", "com.example.BertForSequenceClassification2",
      "checkpoint_epoch_10_step_2000_final", "x86_64-linux-gnu-gcc-12"],
     ["app", "123e4567-e89b-12d3-a456-426614174000", "2026-12-03T08:43:05Z",
