@@ -75,9 +75,9 @@ class Agent:
         self.cfg = cfg
         self.stats = Stats()
         self.clock = KernelClock()
-        self.resources = ProcessResources()
-        self._stop = threading.Event()
         r = cfg.receiver
+        self.resources = ProcessResources(command_args=r.command_args)
+        self._stop = threading.Event()
         # the options load_config built each plugin with (correlation headers included)
         self.registry = Registry.from_config(r.protocols_enabled, r.plugin_options())
         self.correlator = Correlator(self.stats, int(r.correlation_window_s * 1e9),
@@ -235,8 +235,7 @@ class Agent:
         timed_out = sum(1 for s in spans if s.attributes.get("error.type") == "timeout")
         if timed_out:
             self.stats.add("records.timed_out", timed_out)
-        if self.redact_query:  # before any exporter (or span metric) sees a URL
-            self.redact_query.apply(spans)
+        self.redact_query.apply(spans)  # before any exporter (or span metric) sees a URL
         self.traces.submit(spans)
         if self.server_threads is not None:
             self.server_threads.emitted(spans)

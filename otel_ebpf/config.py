@@ -527,6 +527,11 @@ _RECEIVER = _Map(
             "scan_interval": _Duration("100ms", "1h", "2s"),
             "libraries": _List(_Str(expected="a file path"), "a list of libcuda file paths"),
         }),
+        # optional resource attributes, as a Collector receiver's `resource_attributes`
+        "resource_attributes": _Map({
+            # the full command line (redacted): off, it is where secrets are passed
+            "process.command_args": _Map({"enabled": _Bool(False)}),
+        }),
         "redaction": _Map({
             # query parameters whose values become REDACTED in url.query/url.full ("*": all)
             "query_params": _List(_Str(expected="a query parameter name or *"),
@@ -1189,6 +1194,7 @@ class EbpfReceiver:
     gpu_scan_interval_s: float = _D["gpu"]["scan_interval"]
     gpu_libraries: tuple[str, ...] = tuple(_D["gpu"]["libraries"])
     redact_query_params: tuple[str, ...] = tuple(_D["redaction"]["query_params"])
+    command_args: bool = _D["resource_attributes"]["process.command_args"]["enabled"]
     protocols_enabled: tuple[str, ...] = tuple(_D["protocols"]["enabled"])
     # parser name -> its options; http1's and http2's with response_timeout_s (seconds)
     protocol_options: dict[str, dict] = field(
@@ -1288,6 +1294,7 @@ def _build(tree: dict) -> Config:
             gpu_scan_interval_s=e["gpu"]["scan_interval"],
             gpu_libraries=tuple(e["gpu"]["libraries"]),
             redact_query_params=tuple(e["redaction"]["query_params"]),
+            command_args=e["resource_attributes"]["process.command_args"]["enabled"],
             protocols_enabled=tuple(e["protocols"]["enabled"]),
             protocol_options=_protocol_options(e["protocols"]),
         ),
