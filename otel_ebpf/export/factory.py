@@ -155,10 +155,8 @@ def _http_spans(cfg: Config, name: str) -> SpanExporter:
 
 
 def _grpc_metrics(cfg: Config, name: str) -> MetricExporter:
-    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (  # noqa: PLC0415
-        OTLPMetricExporter,
-    )
-    return OTLPMetricExporter(**_drop_none(_grpc_kwargs(cfg, name)))
+    from otel_ebpf.export.otlp_grpc import GrpcMetricExporter  # noqa: PLC0415
+    return GrpcMetricExporter(name=name, **_drop_none(_grpc_kwargs(cfg, name)))
 
 
 def _http_metrics(cfg: Config, name: str) -> MetricExporter:
