@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import StatusCode
 from rich.console import Console
-from rich.text import Text
+from rich.text import Span, Text
 
 VERBOSITIES = ("basic", "normal", "detailed")
 DEFAULT_VERBOSITY = "normal"
@@ -66,8 +66,16 @@ def _duration(span: ReadableSpan) -> str:
     return f"{ns / 1e6:.3f}ms" if ns < 10**9 else f"{ns / 1e9:.3f}s"
 
 
+# values come from the wire: a control character (an escape sequence, a newline) in a
+# topic or a path must neither reach a terminal nor break the one-line-per-span shape
+_CONTROLS = {c: "?" for c in (*range(0x20), 0x7F)}
+
+
 def _fit(value: str, width: int) -> str:
-    """`value` padded or cut to exactly `width` characters (0: as it is)."""
+    """`value`, control characters replaced, padded or cut to exactly `width` characters
+    (0: as long as it is)."""
+    if not value.isprintable():  # rare: the check is cheaper than the translation
+        value = value.translate(_CONTROLS)
     if not width:
         return value
     return value.ljust(width) if len(value) <= width else value[: width - 1] + "…"
@@ -109,9 +117,8 @@ def _target(span: ReadableSpan) -> str:
     return next((str(attrs[k]) for k in _TARGET_KEYS if attrs.get(k)), "")
 
 
-def span_line(span: ReadableSpan) -> Text:
-    """The `normal` line of one span: kind, service, name, status, duration, peer, the
-    trace ID's first 8 hex digits and the target, in fixed-width columns."""
+def _cells(span: ReadableSpan) -> list[tuple[str, str]]:
+    """The `normal` line's values, each fitted to its column, with its style."""
     service = span.resource.attributes.get("service.name", "") if span.resource else ""
     status, status_style = _status(span)
     values = (
@@ -124,13 +131,38 @@ def span_line(span: ReadableSpan) -> Text:
         (f"{span.context.trace_id:032x}"[:8] if span.context else "-", ""),
         (_target(span), ""),
     )
-    line = Text()
-    for i, ((value, style), (_, width, column_style)) in enumerate(zip(values, _COLUMNS)):
-        if i:
-            line.append(" ")
-        line.append(_fit(value, width), style or column_style)
-    line.rstrip()
-    return line
+    return [(_fit(value, width), style or column_style)
+            for (value, style), (_, width, column_style) in zip(values, _COLUMNS)]
+
+
+def span_row(span: ReadableSpan) -> str:
+    """The `normal` line of one span as plain text: kind, service, name, status, duration,
+    peer, the trace ID's first 8 hex digits and the target, in fixed-width columns."""
+    return " ".join(text for text, _ in _cells(span)).rstrip()
+
+
+# SGR codes of the styles above: `normal` lines are coloured by hand, for rich's rendering
+# costs ten times what the rest of the line does (docs/decisions.md §21)
+_SGR = {"magenta": "35", "cyan": "36", "bold": "1", "dim": "2", "green": "32",
+        "bold red": "1;31"}
+
+
+def span_row_coloured(span: ReadableSpan) -> str:
+    """span_row with ANSI colours, for a terminal."""
+    return " ".join(f"\x1b[{_SGR[style]}m{text}\x1b[0m" if style else text
+                    for text, style in _cells(span)).rstrip()
+
+
+def span_line(span: ReadableSpan) -> Text:
+    """span_row with each column's style, for a terminal."""
+    cells = _cells(span)
+    plain = " ".join(text for text, _ in cells).rstrip()
+    styles, at = [], 0
+    for text, style in cells:
+        if style and at < len(plain):
+            styles.append(Span(at, min(at + len(text), len(plain)), style))
+        at += len(text) + 1
+    return Text(plain, spans=styles)
 
 
 def header_line() -> Text:
@@ -166,12 +198,20 @@ class DebugSpanExporter(SpanExporter):
     def _print_lines(self, spans: Sequence[ReadableSpan]) -> None:
         if not spans:
             return
-        lines = [span_line(span) for span in spans]
+        # plain text to a file or a pipe (or with NO_COLOR), colours on a terminal; written
+        # at once, without rich's rendering, which would cost more than everything else the
+        # agent does for a span
+        console = self.console
+        coloured = console.is_terminal and console.color_system is not None \
+            and not console.no_color
+        row = span_row_coloured if coloured else span_row
+        rows = [row(span) for span in spans]
         if not self._header_printed:
-            lines.insert(0, header_line())
             self._header_printed = True
-        # one print per batch: rich's cost is mostly per call, not per character
-        self.console.print(Text("\n").join(lines))
+            title = header_line().plain
+            rows.insert(0, f"\x1b[1m{title}\x1b[0m" if coloured else title)
+        console.file.write("\n".join(rows) + "\n")
+        console.file.flush()
 
     def _print_span(self, span: ReadableSpan) -> None:
         self.console.print(span_line(span))

@@ -172,3 +172,17 @@ def test_metrics():
 
 def test_default_console_is_stderr():
     assert DebugSpanExporter().console.stderr
+
+
+def test_control_characters_from_the_wire_stay_out_of_the_console():
+    neutral = [NeutralSpan(name="publish /chat\x1b[2J\nter", kind=SpanKind.PRODUCER,
+                           start_ns=1_000, end_ns=2_000, conn=CONN,
+                           attributes={"messaging.destination.name": "/chat\x1b[2J\nter"})]
+    assign_ids(neutral)
+    spans = [to_readable(s, resource_for({"service.name": "talker"}), KernelClock()) for s in neutral]
+    for tty in (False, True):
+        out = Console(file=io.StringIO(), width=200, soft_wrap=True, force_terminal=tty,
+                      color_system="standard" if tty else None)
+        DebugSpanExporter("normal", out).export(spans)
+        header, line = out.file.getvalue().splitlines()  # one line for the span
+        assert "\x1b[2J" not in line and line.count("/chat?[2J?ter") == 2  # name, target
