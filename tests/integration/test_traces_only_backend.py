@@ -20,7 +20,7 @@ from otel_ebpf.export.metrics_send import MetricsSender
 from otel_ebpf.export.pipeline import MetricsPipeline
 from otel_ebpf.telemetry import Stats
 from tests.support.processes import stop_process
-from tests.support.rotel import free_port
+from tests.support.rotel import Rotel, free_port
 
 from .conftest import REPO, VENV_BIN, read_metrics, require_kernel, wait_port
 
@@ -92,6 +92,40 @@ def pipeline_data(stats: Stats):
     data = reader.get_metrics_data()
     provider.shutdown()
     return data
+
+
+def test_a_refusing_backend_replaced_by_a_collector_is_used_again(tmp_path, caplog):
+    """The endpoint is pointed at a Collector (rotel here) later: metrics go again, an INFO
+    line says so, and a later refusal would be said again."""
+    caplog.set_level(logging.INFO)
+    backend = Backend(tmp_path)
+    port = backend.port
+    exporters = build_metric_exporters(
+        {"otlp": {"endpoint": f"127.0.0.1:{port}", "tls": {"insecure": True}, "timeout": 2}})
+    stats = Stats()
+    stats.add("events", 7)
+    sender = MetricsSender(exporters, stats, timeout_s=5)
+    collector = None
+    try:
+        assert sender.send(pipeline_data(stats)) == {"otlp": "not_accepted"}
+        assert exporters["otlp"].refused
+        stop_process(backend.proc)
+        collector = Rotel(tmp_path, grpc_port=port)
+        outcomes: list[dict] = []
+
+        def sent() -> bool:  # the channel reconnects with backoff: try until it takes them
+            outcomes.append(sender.send(pipeline_data(stats)))
+            return outcomes[-1] == {"otlp": "ok"}
+        wait_until(sent, 60, f"the collector never took the metrics: {outcomes[-3:]}")
+        collector.wait_for("otel_ebpf.events")
+    finally:
+        if collector is not None:
+            collector.stop()
+        exporters["otlp"].shutdown()
+    assert not exporters["otlp"].refused
+    infos = [r.getMessage() for r in caplog.records if "now accepts metrics" in r.getMessage()]
+    assert infos == [f"exporter otlp: the backend at 127.0.0.1:{port} now accepts metrics"]
+    assert sum(1 for r in caplog.records if "does not accept metrics" in r.getMessage()) == 1
 
 
 def test_agent_with_the_default_config_warns_once(backend, tmp_path, uvicorn_server):
