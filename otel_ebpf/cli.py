@@ -104,7 +104,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     except Exception as exc:  # libbpf itself missing
         err_console.print(f"otel-ebpf: {exc}", markup=False)
         return EXIT_CANNOT_RUN
-    checks = run_checks()
+    checks = run_checks() + _protocol_checks()
     table = Table(title=f"otel-ebpf {__version__}: can this host run the agent?")
     table.add_column("feature")
     table.add_column("status")
@@ -120,6 +120,20 @@ def cmd_check(args: argparse.Namespace) -> int:
         err_console.print(f"otel-ebpf cannot run here: {', '.join(failed)}", markup=False)
         return EXIT_CANNOT_RUN
     return EXIT_OK
+
+
+def _protocol_checks() -> list:
+    """The installed parsers and layers, by the names receivers.ebpf.protocols.enabled takes."""
+    from otel_ebpf.kernel.features import Check
+    from otel_ebpf.protocols.registry import available_layers, available_parsers
+
+    parsers, layers = available_parsers(), available_layers()
+    return [
+        Check("protocol parsers", bool(parsers), ", ".join(parsers) or "none installed",
+              required=False),
+        Check("layers over HTTP", bool(layers), ", ".join(layers) or "none installed",
+              required=False),
+    ]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -686,7 +686,7 @@ EXPORTER_SCHEMAS: dict[str, _Map] = {
         ("gzip", "deflate", "none"),
     ),
     "file": _Map({"path": _Str(expected="a file path")}),
-    "debug": _Map({"verbosity": _Choice(("basic", "normal", "detailed"), "basic")}),
+    "debug": _Map({"verbosity": _Choice(("basic", "normal", "detailed"), "normal")}),
     # profiles only: one gzipped pprof file, or one folded-stacks file, per interval
     "pprof": _Map({"path": _Str(expected="a directory path")}),
     "folded": _Map({"path": _Str(expected="a directory path")}),
@@ -716,7 +716,7 @@ _PROFILE_ONLY_EXPORTERS = ("pprof", "folded")
 # What `exporters:` and `service.pipelines:` are when the file leaves them out; the same
 # as config/default.yaml (a unit test holds the two together).
 DEFAULT_EXPORTERS = {
-    "debug": {"verbosity": "basic"},
+    "debug": {"verbosity": "normal"},
     "file": {"path": "./otel-ebpf-traces.jsonl"},
     "otlp": {"endpoint": "${env:OTEL_EXPORTER_OTLP_ENDPOINT}"},
 }

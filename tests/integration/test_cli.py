@@ -115,6 +115,15 @@ def test_helper_probe_tells_a_helper_the_kernel_lacks():
     assert all(probe(n) is True for needs in FEATURE_NEEDS.values() for n in needs)
 
 
+def test_check_lists_the_installed_parsers_and_layers():
+    """The names receivers.ebpf.protocols.enabled takes, as config/default.yaml says."""
+    proc = run("check", env={"COLUMNS": "400"}, timeout=120)
+    rows = {line.split("│")[1].strip(): line for line in proc.stdout.splitlines()
+            if line.count("│") >= 3}
+    assert all(name in rows["protocol parsers"] for name in ("http1", "http2", "rtps")), proc.stdout
+    assert all(name in rows["layers over HTTP"] for name in ("llm", "vectordb")), proc.stdout
+
+
 def test_check_without_privileges_fails():
     if os.geteuid() != 0:
         pytest.skip("needs root to drop capabilities from")

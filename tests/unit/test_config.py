@@ -71,7 +71,7 @@ def test_default_values():
     assert c.processors == Processors(512, 1.0, 16384) == Processors()
     assert c.telemetry == Telemetry("info", 10.0) == Telemetry()
     assert {n: (e.type, e.settings) for n, e in c.exporters.items()} == {
-        "debug": ("debug", {"verbosity": "basic"}),
+        "debug": ("debug", {"verbosity": "normal"}),
         "file": ("file", {"path": "./otel-ebpf-traces.jsonl"}),
         # OTEL_EXPORTER_OTLP_ENDPOINT unset: disabled; the rest is left to the SDK
         "otlp": ("otlp", {"endpoint": ""}),
