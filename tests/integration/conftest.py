@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.support.processes import stop_process
-from tests.support.rotel import free_port
+from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent

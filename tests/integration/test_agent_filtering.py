@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.support.rotel import free_port
+from tests.support.ports import free_port
 
 from .conftest import REPO, read_metrics
 

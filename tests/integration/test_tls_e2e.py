@@ -16,7 +16,7 @@ import trustme
 
 from tests.support.openai_server import openai_server
 from tests.support.processes import stop_process
-from tests.support.rotel import free_port
+from tests.support.ports import free_port
 
 from .conftest import REPO, VENV_BIN, Span, read_metrics, run_client, wait_port
 from .test_http1_e2e import CLIENT, SERVER, check_request, have_pairs, spans_for
