@@ -23,6 +23,11 @@ from tests.support.ports import free_port
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 REQUIRE_BPF = os.environ.get("OTEL_EBPF_REQUIRE_BPF") == "1"
+# HTTP servers' keep-alive idle timeout for the peers tests start: longer than any test may
+# run (pytest's timeout, pyproject.toml), so a connection a test holds open while an agent
+# starts is never closed under it. uvicorn's default, 5 s, is shorter than an agent's
+# start on a busy machine: the connection test_agent_restart keeps across two agents died.
+KEEP_ALIVE_S = 3600
 
 
 def require_kernel() -> None:
@@ -257,7 +262,8 @@ def uvicorn_server(tmp_path: Path) -> Iterator[int]:
     log = log_path.open("w")
     proc = subprocess.Popen(
         [str(VENV_BIN / "uvicorn"), "tests.integration.peers.http_app:app",
-         "--host", "127.0.0.1", "--port", str(port), "--no-access-log"],
+         "--host", "127.0.0.1", "--port", str(port), "--no-access-log",
+         "--timeout-keep-alive", str(KEEP_ALIVE_S)],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
         env={**os.environ, "OTEL_SERVICE_NAME": "test-http-app"},
     )

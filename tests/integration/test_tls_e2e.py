@@ -18,7 +18,7 @@ from tests.support.openai_server import openai_server
 from tests.support.processes import stop_process
 from tests.support.ports import free_port
 
-from .conftest import REPO, VENV_BIN, Span, read_metrics, run_client, wait_port
+from .conftest import KEEP_ALIVE_S, REPO, VENV_BIN, Span, read_metrics, run_client, wait_port
 from .test_http1_e2e import CLIENT, SERVER, check_request, have_pairs, spans_for
 from .test_llm_e2e import FIRST_TOKEN_S, TOKEN_INTERVAL_S, both_sides, spans_of, within
 
@@ -53,7 +53,7 @@ def https_server(tmp_path, certs):
     proc = subprocess.Popen(
         [str(VENV_BIN / "uvicorn"), "tests.integration.peers.http_app:app", "--host",
          "127.0.0.1", "--port", str(port), "--no-access-log", "--ssl-certfile", str(cert),
-         "--ssl-keyfile", str(key)],
+         "--ssl-keyfile", str(key), "--timeout-keep-alive", str(KEEP_ALIVE_S)],
         cwd=REPO, stdout=log_path.open("w"), stderr=subprocess.STDOUT,
         env={**os.environ, "OTEL_SERVICE_NAME": "test-http-app"},
     )
