@@ -28,6 +28,10 @@ REQUIRE_BPF = os.environ.get("OTEL_EBPF_REQUIRE_BPF") == "1"
 # starts is never closed under it. uvicorn's default, 5 s, is shorter than an agent's
 # start on a busy machine: the connection test_agent_restart keeps across two agents died.
 KEEP_ALIVE_S = 3600
+# An agent's start attaches uprobes to the libraries of every running Python and OpenSSL
+# user on the host, seconds each when the machine is loaded (70 s seen with 2 cores shared
+# by several test runs): the bound for "otel-ebpf ready" is generous, the wait ends on it.
+AGENT_START_TIMEOUT_S = 180.0
 
 
 def require_kernel() -> None:
@@ -178,7 +182,7 @@ class AgentRun:
                 self.exit_code = self.proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.exit_code = self.proc.wait(5)
+                self.exit_code = self.proc.wait(30)  # SIGKILL waits for uprobe teardown
             self.stopped = True
         return self.exit_code  # type: ignore[return-value]
 
@@ -225,7 +229,8 @@ def agent_config(traces: Path, ports: list[int], exporters: dict | None = None,
 def start_agent(tmp_path: Path) -> Iterator[Callable[..., AgentRun]]:
     runs: list[AgentRun] = []
 
-    def start(ports: list[int], exporters: dict | None = None, timeout_s: float = 60.0,
+    def start(ports: list[int], exporters: dict | None = None,
+              timeout_s: float = AGENT_START_TIMEOUT_S,
               response_timeout: str = "5s", targets: dict | None = None,
               overrides: dict | None = None) -> AgentRun:
         require_kernel()
