@@ -15,10 +15,11 @@ import pytest
 import trustme
 
 from tests.support.openai_server import openai_server
-from tests.support.processes import stop_process
 from tests.support.ports import free_port
+from tests.support.processes import stop_process
 
-from .conftest import KEEP_ALIVE_S, REPO, VENV_BIN, Span, read_metrics, run_client, wait_port
+from .conftest import (KEEP_ALIVE_S, REPO, VENV_BIN, Span, read_metrics, run_client,
+                       wait_port)
 from .test_http1_e2e import CLIENT, SERVER, check_request, have_pairs, spans_for
 from .test_llm_e2e import FIRST_TOKEN_S, TOKEN_INTERVAL_S, both_sides, spans_of, within
 
