@@ -1,6 +1,13 @@
 # otel-ebpf: `make run` installs everything and runs the agent with config/default.yaml;
 # `make test` installs everything and runs the whole test suite.
 SHELL := /bin/bash
+# The interpreter .venv is built from (3.11+). It must keep its symbol table: the agent puts
+# uprobes on CPython's own asyncio task and contextvars functions (task_step_impl,
+# context_run, ...), which only an unstripped build names, and the kernel tests check the
+# asyncio and thread-pool correlation they give on the venv's interpreter. pyenv's and
+# source builds keep them; Debian's /usr/bin/python3.11 is stripped. `python3` is checked
+# before the venv is built (tests/support/python_symbols.py): a stripped one stops `make`
+# with the interpreters found here that would do, e.g. make PYTHON=~/.pyenv/versions/3.11.7/bin/python3
 PYTHON ?= python3
 VENV := .venv
 # a real vector DB for the tests, in a venv of its own: chromadb pulls uvloop, which would
@@ -35,9 +42,13 @@ deps:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 
+# a venv built earlier from a stripped interpreter is refused too (make clean, then again)
 venv: $(VENV)/.installed
+	@$(PY) tests/support/python_symbols.py
 
 $(VENV)/.installed: pyproject.toml setup.py
+	@command -v $(PYTHON) >/dev/null || { echo "PYTHON=$(PYTHON) not found: make PYTHON=/path/to/python3.11+"; exit 1; }
+	$(PYTHON) tests/support/python_symbols.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'

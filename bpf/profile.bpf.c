@@ -115,8 +115,8 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 	if (s->py_status != PY_OK && s->py_status != PY_TRUNCATED && s->py_status != PY_NONE)
 		count(PCNT_PY_ERRORS);
 	count(PCNT_SAMPLES);
-	/* no wake-up: the agent drains on its own timer (DESIGN §1: a wake-up costs the
-	 * sampled program more than the sample) */
+	/* no wake-up: the agent drains on its own timer (waking a waiting reader costs the
+	 * sampled program more than taking the sample) */
 	bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
 	return 0;
 }

@@ -10,7 +10,7 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from otel_ebpf.config import Config
+from otel_ebpf.config import SIGNALS, Config
 from otel_ebpf.conntrack.table import ConnTable
 from otel_ebpf.correlate import Correlator
 from otel_ebpf.export.factory import (
@@ -43,7 +43,9 @@ DROP_WARN_INTERVAL_S = 10.0
 
 def capture_settings(cfg: Config, wide_prefixes: tuple[str, ...] = ()) -> CaptureSettings:
     r = cfg.receiver
-    exporters = {**cfg.exporters_for("traces"), **cfg.exporters_for("metrics")}
+    # every signal's exporters: a profiles-only OTLP endpoint is an export of ours as well
+    exporters = {name: settings for signal in SIGNALS
+                 for name, settings in cfg.exporters_for(signal).items()}
     return CaptureSettings(
         capture_max=r.capture_max_bytes,
         ring_buffer_bytes=r.ring_buffer_size_mib << 20,
@@ -73,14 +75,11 @@ class Agent:
         self.cfg = cfg
         self.stats = Stats()
         self.clock = KernelClock()
-        self.resources = ProcessResources()
-        self._stop = threading.Event()
         r = cfg.receiver
-        # every parser learns which headers correlate/ links spans by
-        options = {name: {"correlation_headers": list(r.correlation_headers),
-                          **r.protocol_options.get(name, {})}
-                   for name in r.protocols_enabled}
-        self.registry = Registry.from_config(r.protocols_enabled, options)
+        self.resources = ProcessResources(command_args=r.command_args)
+        self._stop = threading.Event()
+        # the options load_config built each plugin with (correlation headers included)
+        self.registry = Registry.from_config(r.protocols_enabled, r.plugin_options())
         self.correlator = Correlator(self.stats, int(r.correlation_window_s * 1e9),
                                      r.correlation_headers, max_requests=r.max_connections * 4)
         self.table = ConnTable(self.registry, self.stats, r.max_connections,
@@ -237,8 +236,7 @@ class Agent:
         timed_out = sum(1 for s in spans if s.attributes.get("error.type") == "timeout")
         if timed_out:
             self.stats.add("records.timed_out", timed_out)
-        if self.redact_query:  # before any exporter (or span metric) sees a URL
-            self.redact_query.apply(spans)
+        self.redact_query.apply(spans)  # before any exporter (or span metric) sees a URL
         self.traces.submit(spans)
         if self.server_threads is not None:
             self.server_threads.emitted(spans)
