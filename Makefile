@@ -14,6 +14,12 @@ VENV := .venv
 # silently change the event loop of every uvicorn peer in the main venv
 CHROMA_VENV := .venv-chroma
 CHROMADB := chromadb==1.5.9
+# torch for the profiler's native-stack tests (tests/integration/test_profile_torch.py: samples
+# in libtorch, built without frame pointers). The CPU build, from the local wheel folders, never
+# an index: 2.13.0 is there as 2.13.0+cpu (==2.13.0 matches it); the 2.14.1 beside it is the CUDA
+# build, whose nvidia-* dependencies are not there to install offline
+TORCH := torch==2.13.0
+TORCH_WHEELS := --find-links /opt/wheels --find-links /opt/pypi/files --find-links /opt/pypi-more/files
 PY := $(VENV)/bin/python
 APT_PACKAGES := clang llvm binutils libbpf-dev libbpf1 bpftool libelf-dev libelf1 libssl-dev make curl libcap2-bin util-linux python3-venv wrk libibverbs-dev
 CONFIG ?= config/default.yaml
@@ -43,7 +49,7 @@ deps:
 	fi
 
 # a venv built earlier from a stripped interpreter is refused too (make clean, then again)
-venv: $(VENV)/.installed
+venv: $(VENV)/.installed $(VENV)/.torch
 	@$(PY) tests/support/python_symbols.py
 
 $(VENV)/.installed: pyproject.toml setup.py
@@ -53,6 +59,11 @@ $(VENV)/.installed: pyproject.toml setup.py
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
+
+# redone when the venv or this file changes (a new TORCH): pip leaves a matching torch as it is
+$(VENV)/.torch: $(VENV)/.installed Makefile
+	$(PY) -m pip install -q --no-index $(TORCH_WHEELS) '$(TORCH)'
+	echo '$(TORCH)' > $@
 
 $(CHROMA_VENV)/.installed:
 	$(PYTHON) -m venv $(CHROMA_VENV)
