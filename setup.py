@@ -17,5 +17,7 @@ setup(
                   depends=["bpf/include/abi.h"], extra_compile_args=FAST_FLAGS),
         Extension("otel_ebpf._fast.http1", ["otel_ebpf/_fast/http1.c"],
                   extra_compile_args=FAST_FLAGS),
+        Extension("otel_ebpf._fast.otlp", ["otel_ebpf/_fast/otlp.c"],
+                  extra_compile_args=FAST_FLAGS),
     ],
 )

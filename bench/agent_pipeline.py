@@ -1,6 +1,8 @@
 """Where the agent's CPU goes per HTTP/1 exchange, stage by stage, in one process (no
-kernel): decoded events -> connection table and parsers -> correlator -> NeutralSpan to
-SDK ReadableSpan -> OTLP encodings. Side by side, the encodings the exporters use:
+kernel): ring-buffer records -> events -> connection table and parsers -> correlator ->
+NeutralSpan to SDK ReadableSpan -> OTLP encodings. Each round runs every stage twice, side
+by side: with the compiled per-event path (otel_ebpf/_fast: record decoding, HTTP/1 heads)
+and with the pure Python path it implements (what OTEL_EBPF_PURE_PYTHON=1 runs). Side by side, the encodings the exporters use:
 OTLP protobuf written directly (otel_ebpf/export/otlp_proto.py: the otlp exporter) and by
 the SDK's encoder (otlphttp, and the otlp exporter before), and OTLP/JSON for the file
 exporter built directly (otel_ebpf/export/otlp_json.py) and by the old protobuf route.
@@ -9,7 +11,7 @@ exporter built directly (otel_ebpf/export/otlp_json.py) and by the old protobuf 
         [--profile] [--out docs/performance.md]
 
 --profile prints the 20 functions with the most own time over the parse and correlate
-stages (cProfile). Medians over rounds, µs per exchange (2 spans: one client, one server).
+stages (cProfile, compiled path). Medians over rounds, µs per exchange (2 spans: one client, one server).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans  # noqa: E402
+from otel_ebpf import _fast  # noqa: E402
 from otel_ebpf.protocols.base import Direction, Role  # noqa: E402
 from otel_ebpf.protocols.registry import Registry  # noqa: E402
 
@@ -75,14 +78,45 @@ def events(exchanges: int) -> list:
     return out
 
 
-def one_round(exchanges: int, profile: cProfile.Profile | None) -> dict[str, float]:
+def record_of(ev) -> bytes:
+    """The ring-buffer record the kernel would have sent for an event (abi.h layout)."""
+    if type(ev) is abi.ConnOpen:
+        def raw(addr: str) -> bytes:
+            return bytes(map(int, addr.split("."))).ljust(16, b"\0")
+        return abi.CONN_OPEN.pack(abi.EV_CONN_OPEN, ev.tid, ev.ts_ns, *ev.key,
+                                  raw(ev.local_addr), ev.local_port, ev.family,
+                                  raw(ev.remote_addr), ev.remote_port, ev.family, int(ev.role),
+                                  ev.flags, ev.comm.encode())
+    return abi.DATA.pack(abi.EV_DATA, ev.tid, ev.enter_ns, *ev.key, ev.exit_ns, ev.pos,
+                         ev.msg_len, len(ev.payload), ev.tcp_seq, int(ev.direction), 0, 0,
+                         b"\0" * 16, 0, 0, ev.task) + ev.payload
+
+
+def one_round(exchanges: int, profile: cProfile.Profile | None, compiled: bool
+              ) -> dict[str, float]:
+    saved = _fast.http1
+    if not compiled:
+        _fast.http1 = None  # states made from now on parse every head with llhttp
+    try:
+        return _one_round(exchanges, profile if compiled else None, compiled)
+    finally:
+        _fast.http1 = saved
+
+
+def _one_round(exchanges: int, profile: cProfile.Profile | None, compiled: bool
+               ) -> dict[str, float]:
     stats = Stats()
     registry = Registry.from_config(["http1", "http2", "rtps", "llm", "vectordb"],
                                     {"http1": {"correlation_headers": ["x-request-id"]}})
     table = ConnTable(registry, stats, 65536, 300 * 10**9)
     correlator = Correlator(stats, 2 * 10**9, ("x-request-id",), max_requests=100_000)
-    evs = events(exchanges)
+    records = [record_of(ev) for ev in events(exchanges)]
+    decode = abi.decode_batch if compiled else abi.decode_each
     spans: list = []
+    td = time.perf_counter()
+    evs: list = []
+    for i in range(0, len(records), BATCH):
+        evs += decode(records[i : i + BATCH])[0]
     t0 = time.perf_counter()
     if profile:
         profile.enable()
@@ -109,7 +143,7 @@ def one_round(exchanges: int, profile: cProfile.Profile | None) -> dict[str, flo
     t6 = time.perf_counter()
     assert len(spans) == 2 * exchanges, len(spans)
     us = 1e6 / exchanges
-    return {"parse and correlate": (t1 - t0) * us, "to ReadableSpan": (t2 - t1) * us,
+    return {"ring records to events": (t0 - td) * us, "parse and correlate": (t1 - t0) * us, "to ReadableSpan": (t2 - t1) * us,
             "OTLP protobuf, direct (otlp exporter now)": (t3 - t2) * us,
             "OTLP protobuf, SDK encoder (otlp before; otlphttp)": (t4 - t3) * us,
             "OTLP/JSON, direct, pairs reused (file exporter now)": (t5 - t4) * us,
@@ -124,14 +158,28 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     profile = cProfile.Profile() if args.profile else None
-    rounds = [one_round(args.exchanges, profile) for _ in range(args.rounds)]
+    if _fast.http1 is None or _fast.ring is None:
+        sys.exit("otel_ebpf._fast is not built (make install) or OTEL_EBPF_PURE_PYTHON is set")
+    rounds: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+    for i in range(args.rounds):  # interleaved, the order alternating: a noisy machine
+        for compiled in ((True, False) if i % 2 else (False, True)):
+            rounds[compiled].append(one_round(args.exchanges, profile, compiled))
     lines = [f"### Agent CPU per HTTP/1 exchange, by stage ({time.strftime('%Y-%m-%d')}, "
-             f"{args.exchanges} exchanges seen at both ends, median of {args.rounds} rounds)",
+             f"{args.exchanges} exchanges seen at both ends, median [min–max] of {args.rounds} "
+             "interleaved rounds)",
              "", "`.venv/bin/python bench/agent_pipeline.py --exchanges "
              f"{args.exchanges} --rounds {args.rounds}`", "",
-             "| stage | µs per exchange (2 spans) |", "|---|---:|"]
-    for stage in rounds[0]:
-        lines.append(f"| {stage} | {statistics.median(r[stage] for r in rounds):.0f} |")
+             "| stage | pure Python µs per exchange (2 spans) | compiled path µs | ratio |",
+             "|---|---:|---:|---:|"]
+
+    def cell(values: list[float]) -> str:
+        return f"{statistics.median(values):.1f} [{min(values):.1f}–{max(values):.1f}]"
+
+    for stage in rounds[True][0]:
+        slow = [r[stage] for r in rounds[False]]
+        fast = [r[stage] for r in rounds[True]]
+        lines.append(f"| {stage} | {cell(slow)} | {cell(fast)} | "
+                     f"{statistics.median(fast) / statistics.median(slow):.2f} |")
     publish(lines, args.out)
     if profile:
         pstats.Stats(profile).sort_stats("tottime").print_stats(20)
