@@ -37,7 +37,8 @@ deps:
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml setup.py
+# the C sources too: pip install -e . compiles otel_ebpf/_fast (setup.py ext_modules)
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard otel_ebpf/_fast/*.c) bpf/include/abi.h
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
