@@ -20,6 +20,8 @@
 
 #include "abi.h"
 
+#define ARENA_KEEP (1u << 20) /* arena bytes kept between polls */
+
 static PyTypeObject *data_type, *close_type; /* abi.DataEvent, abi.ConnClose (named tuples) */
 static PyObject *directions;                 /* (Direction.EGRESS, Direction.INGRESS) */
 static PyObject *empty_bytes;
@@ -196,7 +198,7 @@ static int on_record(void *ctx, void *data, size_t size)
 	Ring *r = ctx;
 	size_t need = (sizeof(uint32_t) + size + 7) & ~(size_t)7;
 	if (r->len + need > r->cap) {
-		size_t cap = r->cap ? r->cap : 1 << 20;
+		size_t cap = r->cap ? r->cap : 256u << 10;
 		while (cap < r->len + need)
 			cap *= 2;
 		unsigned char *grown = realloc(r->arena, cap);
@@ -283,8 +285,9 @@ static PyObject *Ring_poll(Ring *self, PyObject *args)
 		}
 		PyList_SET_ITEM(out, i, ev);
 	}
-	/* a burst can grow the arena far past the usual batch: give that memory back */
-	if (self->cap > (8u << 20) && self->len < self->cap / 8) {
+	/* a burst (a backlog) grows the arena far past the usual batch: give that memory
+	 * back rather than keep the largest batch ever seen resident */
+	if (self->cap > ARENA_KEEP) {
 		free(self->arena);
 		self->arena = NULL;
 		self->cap = 0;
