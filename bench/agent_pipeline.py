@@ -1,9 +1,10 @@
 """Where the agent's CPU goes per HTTP/1 exchange, stage by stage, in one process (no
 kernel): ring-buffer records -> events -> connection table and parsers -> correlator ->
 NeutralSpan to SDK ReadableSpan -> OTLP encodings. Each round runs every stage twice, side
-by side: with the compiled per-event path (otel_ebpf/_fast: record decoding, HTTP/1 heads)
-and with the pure Python path it implements (what OTEL_EBPF_PURE_PYTHON=1 runs). Side by side, the encodings the exporters use:
-OTLP protobuf written directly (otel_ebpf/export/otlp_proto.py: the otlp exporter) and by
+by side: with the compiled per-event path (otel_ebpf/_fast: record decoding, HTTP/1 heads,
+OTLP Span messages) and with the pure Python path it implements (what
+OTEL_EBPF_PURE_PYTHON=1 runs). Side by side too, the encodings the exporters use: OTLP
+protobuf written directly (otel_ebpf/export/otlp_proto.py: the otlp exporter) and by
 the SDK's encoder (otlphttp, and the otlp exporter before), and OTLP/JSON for the file
 exporter built directly (otel_ebpf/export/otlp_json.py) and by the old protobuf route.
 
@@ -12,7 +13,8 @@ exporter built directly (otel_ebpf/export/otlp_json.py) and by the old protobuf 
 
 --profile prints the 20 functions with the most own time over the parse and correlate
 stages (cProfile, compiled path). Times are this process's CPU time (time.process_time), so
-time the machine gives other processes is not counted in. Medians over rounds, µs per exchange (2 spans: one client, one server).
+time the machine gives other processes is not counted in. Medians [min–max] over rounds,
+µs per exchange (2 spans: one client, one server).
 """
 
 from __future__ import annotations
@@ -144,7 +146,8 @@ def _one_round(exchanges: int, profile: cProfile.Profile | None, compiled: bool
     t6 = time.process_time()
     assert len(spans) == 2 * exchanges, len(spans)
     us = 1e6 / exchanges
-    return {"ring records to events": (t0 - td) * us, "parse and correlate": (t1 - t0) * us, "to ReadableSpan": (t2 - t1) * us,
+    return {"ring records to events": (t0 - td) * us, "parse and correlate": (t1 - t0) * us,
+            "to ReadableSpan": (t2 - t1) * us,
             "OTLP protobuf, direct (otlp exporter now)": (t3 - t2) * us,
             "OTLP protobuf, SDK encoder (otlp before; otlphttp)": (t4 - t3) * us,
             "OTLP/JSON, direct, pairs reused (file exporter now)": (t5 - t4) * us,
