@@ -182,12 +182,14 @@ class Agent:
         next_sweep = time.monotonic() + SWEEP_INTERVAL_S
         while not self._stop.is_set():
             events = self.tracer.poll(poll_ms)
+            # a sample after the poll brackets the events just read: each is dated by the
+            # wall clock of its own moment (the host may be slewing or stepping it)
+            self.clock.refresh()
             if events:
                 self._new_processes(events)
                 self._emit(self._handle(events))
             if time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + SWEEP_INTERVAL_S
-                self.clock.refresh()
                 now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
                 self._emit(self.correlator.on_spans(self.table.sweep(now), now))
                 self._update_kernel_counters()

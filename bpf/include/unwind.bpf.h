@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* The user stack of the current thread walked with unwind tables (docs/decisions.md §24):
+/* The user stack of the current thread walked with unwind tables (docs/decisions.md §25):
  * code built without frame pointers (libtorch, MKL, Debian's CPython) is stepped over by
  * its call frame information, compiled by the agent into rows (struct unwind_row, one
  * array for every file, `unwind_rows`, written by user space through mmap) and a list of

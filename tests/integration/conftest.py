@@ -19,6 +19,7 @@ import yaml
 
 from tests.support.processes import stop_process
 from tests.support.ports import free_port
+from tests.support.wallclock import start_watch
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -228,6 +229,7 @@ def agent_config(traces: Path, ports: list[int], exporters: dict | None = None,
 @pytest.fixture
 def start_agent(tmp_path: Path) -> Iterator[Callable[..., AgentRun]]:
     runs: list[AgentRun] = []
+    start_watch()  # span times are checked against how far the wall clock moves from here
 
     def start(ports: list[int], exporters: dict | None = None,
               timeout_s: float = AGENT_START_TIMEOUT_S,
