@@ -1,12 +1,25 @@
 # otel-ebpf: `make run` installs everything and runs the agent with config/default.yaml;
 # `make test` installs everything and runs the whole test suite.
 SHELL := /bin/bash
+# The interpreter .venv is built from (3.11+). It must keep its symbol table: the agent puts
+# uprobes on CPython's own asyncio task and contextvars functions (task_step_impl,
+# context_run, ...), which only an unstripped build names, and the kernel tests check the
+# asyncio and thread-pool correlation they give on the venv's interpreter. pyenv's and
+# source builds keep them; Debian's /usr/bin/python3.11 is stripped. `python3` is checked
+# before the venv is built (tests/support/python_symbols.py): a stripped one stops `make`
+# with the interpreters found here that would do, e.g. make PYTHON=~/.pyenv/versions/3.11.7/bin/python3
 PYTHON ?= python3
 VENV := .venv
 # a real vector DB for the tests, in a venv of its own: chromadb pulls uvloop, which would
 # silently change the event loop of every uvicorn peer in the main venv
 CHROMA_VENV := .venv-chroma
 CHROMADB := chromadb==1.5.9
+# torch for the profiler's native-stack tests (tests/integration/test_profile_torch.py: samples
+# in libtorch, built without frame pointers). The CPU build, from the local wheel folders, never
+# an index: 2.13.0 is there as 2.13.0+cpu (==2.13.0 matches it); the 2.14.1 beside it is the CUDA
+# build, whose nvidia-* dependencies are not there to install offline
+TORCH := torch==2.13.0
+TORCH_WHEELS := --find-links /opt/wheels --find-links /opt/pypi/files --find-links /opt/pypi-more/files
 PY := $(VENV)/bin/python
 APT_PACKAGES := clang llvm binutils libbpf-dev libbpf1 bpftool libelf-dev libelf1 libssl-dev make curl libcap2-bin util-linux python3-venv wrk libibverbs-dev
 CONFIG ?= config/default.yaml
@@ -35,13 +48,23 @@ deps:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 
-venv: $(VENV)/.installed
+# a venv built earlier from a stripped interpreter is refused too (make clean, then again)
+venv: $(VENV)/.installed $(VENV)/.torch
+	@$(PY) tests/support/python_symbols.py
 
-$(VENV)/.installed: pyproject.toml setup.py
+# the C sources too: pip install -e . compiles otel_ebpf/_fast (setup.py ext_modules)
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard otel_ebpf/_fast/*.c) bpf/include/abi.h
+	@command -v $(PYTHON) >/dev/null || { echo "PYTHON=$(PYTHON) not found: make PYTHON=/path/to/python3.11+"; exit 1; }
+	$(PYTHON) tests/support/python_symbols.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
+
+# redone when the venv or this file changes (a new TORCH): pip leaves a matching torch as it is
+$(VENV)/.torch: $(VENV)/.installed Makefile
+	$(PY) -m pip install -q --no-index $(TORCH_WHEELS) '$(TORCH)'
+	echo '$(TORCH)' > $@
 
 $(CHROMA_VENV)/.installed:
 	$(PYTHON) -m venv $(CHROMA_VENV)

@@ -6,7 +6,8 @@ Run as root from the repository root (after `make -C bpf`; needs a C compiler, c
     sudo .venv/bin/python bench/agent_capacity.py [--part http|sse|idle|all] [--seconds 10]
         [--rates 1000,2000,5000,10000,15000,20000] [--refine 2] [--conns 64]
         [--sse-rates 25,50,100,200,400,600] [--sse-conns 128] [--idle-conns 10000]
-        [--idle-rate 1000] [--idle-rounds 2] [--drain 5] [--profile] [--out docs/performance.md]
+        [--idle-rate 1000] [--idle-rounds 2] [--drain 5] [--profile] [--compare N]
+        [--out docs/performance.md]
 
 Placement: the agent runs under `taskset -c 0` (--agent-cpu); this script and every load
 peer are pinned to CPU 1 (--peer-cpu), so the agent has a core of its own. The BPF
@@ -48,6 +49,10 @@ Parts:
         before, with them open (and tracked: both ends, so 2 per connection), and after
         they close; --idle-rounds times with the same agent (memory kept for reuse stays
         flat, a leak grows); plus the memlock of its BPF maps (kernel memory, not in RSS).
+--compare N (http part): instead of the steps, N rounds at each rate of the agent with
+the compiled per-event path (otel_ebpf/_fast) and with the pure Python path
+(OTEL_EBPF_PURE_PYTHON=1), interleaved (the order alternating per round): medians and
+[min–max] of agent CPU and us/req side by side, kernel drops and rounds kept up with.
 --profile: after the steps of a part, one more run at the lowest rate the agent did not
 keep up with (or the highest rate) with py-spy (`pip install py-spy`) sampling the agent
 for the whole load (200 Hz, non-blocking, all threads, idle samples left out); a table of
@@ -59,6 +64,7 @@ Prints Markdown tables; --out appends them (bench/side_by_side.py publish()).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -67,6 +73,7 @@ import shlex
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -407,7 +414,7 @@ def measured_step(step: Step, agent: Agent, server_pid: int, load_cmd: list[str]
     return load
 
 
-def http_step(rate: float, args, exe: Path, profile: bool = False) -> Step:
+def http_step(rate: float, args, exe: Path, profile: bool = False, pure: bool = False) -> Step:
     step = Step("http", rate)
     with tempfile.TemporaryDirectory(prefix="capacity-http-") as tmp:
         workdir = Path(tmp)
@@ -418,7 +425,8 @@ def http_step(rate: float, args, exe: Path, profile: bool = False) -> Step:
         agent = None
         try:
             wait_port(port, server)
-            agent = Agent(workdir, [port], args.agent_cpu)
+            with pure_python(pure):
+                agent = Agent(workdir, [port], args.agent_cpu)
             time.sleep(SETTLE_S)
             load_cmd = [str(exe), "load", str(port), str(rate), str(args.seconds),
                         str(args.conns)]
@@ -431,6 +439,65 @@ def http_step(rate: float, args, exe: Path, profile: bool = False) -> Step:
         step.achieved = load["rate"]
         step.p99_ms = load["p99_ms"]
     return step
+
+
+@contextlib.contextmanager
+def pure_python(on: bool):
+    """The agent started inside takes the pure Python path (OTEL_EBPF_PURE_PYTHON=1)."""
+    saved = os.environ.pop("OTEL_EBPF_PURE_PYTHON", None)
+    if on:
+        os.environ["OTEL_EBPF_PURE_PYTHON"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("OTEL_EBPF_PURE_PYTHON", None)
+        if saved is not None:
+            os.environ["OTEL_EBPF_PURE_PYTHON"] = saved
+
+
+def compare_http(args, exe: Path, today: str) -> list[str]:
+    """--compare: both paths at each rate, interleaved rounds, side by side."""
+    runs: dict[tuple[float, bool], list[Step]] = {}
+    for rate in args.rates:
+        for i in range(args.compare):
+            for pure in ((False, True) if i % 2 else (True, False)):
+                name = "pure Python" if pure else "compiled"
+                print(f"http {name}: offered {rate:g}/s for {args.seconds:g} s (round {i + 1})",
+                      file=sys.stderr)
+                s = http_step(rate, args, exe, pure=pure)
+                print(f"  agent CPU {s.agent_cpu:.0f} %, {s.us_per_req or 0:.0f} us/req, others "
+                      f"on its core {s.others_cpu:.0f} %, drops {s.drops}, kept up "
+                      f"{s.kept_up(args.max_cpu)}", file=sys.stderr)
+                runs.setdefault((rate, pure), []).append(s)
+
+    def cell(values: list[float | None]) -> str:
+        got = [v for v in values if v is not None]
+        if not got:
+            return "n/a"
+        return f"{statistics.median(got):.0f} [{min(got):.0f}–{max(got):.0f}]"
+
+    lines = [f"### HTTP/1.1, compiled per-event path against pure Python ({today}, keep-alive "
+             f"GETs on {args.conns} connections, open loop, {args.compare} interleaved rounds "
+             "per rate and path, median [min–max])", "",
+             "| offered req/s | path | achieved req/s | agent CPU % | agent CPU % per 1k req/s "
+             "| agent us/req | others on its core % | kernel drops | rounds kept up |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+    for rate in args.rates:
+        for pure in (True, False):
+            steps = runs[(rate, pure)]
+            per_k = [s.agent_cpu / (s.achieved / 1000) if s.agent_cpu is not None and s.achieved
+                     else None for s in steps]
+            lines.append(
+                f"| {rate:g} | {'pure Python' if pure else 'compiled'} | "
+                f"{cell([s.achieved for s in steps])} | {cell([s.agent_cpu for s in steps])} | "
+                f"{cell(per_k)} | {cell([s.us_per_req for s in steps])} | "
+                f"{cell([s.others_cpu for s in steps])} | "
+                f"{', '.join(str(s.drops) for s in steps)} | "
+                f"{sum(s.kept_up(args.max_cpu) for s in steps)} of {len(steps)} |")
+    lines += ["", "Agent pinned to CPU 0, load peers to CPU 1; each run a fresh agent with "
+              "default settings (file exporter). kept up = 0 kernel drops, all 2 spans/request "
+              f"exported within {args.drain:g} s, none queue-dropped, CPU < {args.max_cpu:g} %."]
+    return lines
 
 
 def sse_step(rate: float, args, profile: bool = False) -> Step:
@@ -740,6 +807,8 @@ def main() -> int:
     ap.add_argument("--agent-cpu", type=int, default=0)
     ap.add_argument("--peer-cpu", type=int, default=1)
     ap.add_argument("--profile", action="store_true", help="py-spy the agent at saturation")
+    ap.add_argument("--compare", type=int, default=0,
+                    help="http part: N interleaved rounds per rate, compiled vs pure Python")
     ap.add_argument("--out", type=Path, help="append the tables to this Markdown file")
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -761,7 +830,10 @@ def main() -> int:
     today = datetime.date.today().isoformat()
     with tempfile.TemporaryDirectory(prefix="capacity-") as tmp:
         exe = build_httpload(Path(tmp))
-        if "http" in parts:
+        if "http" in parts and args.compare:
+            lines += compare_http(args, exe, today)
+            lines.append("")
+        elif "http" in parts:
             def http_one(rate: float) -> Step:
                 return http_step(rate, args, exe)
 

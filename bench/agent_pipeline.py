@@ -1,7 +1,10 @@
 """Where the agent's CPU goes per HTTP/1 exchange, stage by stage, in one process (no
-kernel): decoded events -> connection table and parsers -> correlator -> NeutralSpan to
-SDK ReadableSpan -> OTLP encodings. Side by side, the encodings the exporters use:
-OTLP protobuf written directly (otel_ebpf/export/otlp_proto.py: the otlp exporter) and by
+kernel): ring-buffer records -> events -> connection table and parsers -> correlator ->
+NeutralSpan to SDK ReadableSpan -> OTLP encodings. Each round runs every stage twice, side
+by side: with the compiled per-event path (otel_ebpf/_fast: record decoding, HTTP/1 heads,
+OTLP Span messages) and with the pure Python path it implements (what
+OTEL_EBPF_PURE_PYTHON=1 runs). Side by side too, the encodings the exporters use: OTLP
+protobuf written directly (otel_ebpf/export/otlp_proto.py: the otlp exporter) and by
 the SDK's encoder (otlphttp, and the otlp exporter before), and OTLP/JSON for the file
 exporter built directly (otel_ebpf/export/otlp_json.py) and by the old protobuf route.
 
@@ -9,7 +12,9 @@ exporter built directly (otel_ebpf/export/otlp_json.py) and by the old protobuf 
         [--profile] [--out docs/performance.md]
 
 --profile prints the 20 functions with the most own time over the parse and correlate
-stages (cProfile). Medians over rounds, µs per exchange (2 spans: one client, one server).
+stages (cProfile, compiled path). Times are this process's CPU time (time.process_time), so
+time the machine gives other processes is not counted in. Medians [min–max] over rounds,
+µs per exchange (2 spans: one client, one server).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans  # noqa: E402
+from otel_ebpf import _fast  # noqa: E402
 from otel_ebpf.protocols.base import Direction, Role  # noqa: E402
 from otel_ebpf.protocols.registry import Registry  # noqa: E402
 
@@ -75,15 +81,46 @@ def events(exchanges: int) -> list:
     return out
 
 
-def one_round(exchanges: int, profile: cProfile.Profile | None) -> dict[str, float]:
+def record_of(ev) -> bytes:
+    """The ring-buffer record the kernel would have sent for an event (abi.h layout)."""
+    if type(ev) is abi.ConnOpen:
+        def raw(addr: str) -> bytes:
+            return bytes(map(int, addr.split("."))).ljust(16, b"\0")
+        return abi.CONN_OPEN.pack(abi.EV_CONN_OPEN, ev.tid, ev.ts_ns, *ev.key,
+                                  raw(ev.local_addr), ev.local_port, ev.family,
+                                  raw(ev.remote_addr), ev.remote_port, ev.family, int(ev.role),
+                                  ev.flags, ev.comm.encode())
+    return abi.DATA.pack(abi.EV_DATA, ev.tid, ev.enter_ns, *ev.key, ev.exit_ns, ev.pos,
+                         ev.msg_len, len(ev.payload), ev.tcp_seq, int(ev.direction), 0, 0,
+                         b"\0" * 16, 0, 0, ev.task) + ev.payload
+
+
+def one_round(exchanges: int, profile: cProfile.Profile | None, compiled: bool
+              ) -> dict[str, float]:
+    saved = _fast.http1, _fast.otlp
+    if not compiled:  # HTTP/1 states made from now on parse every head with llhttp
+        _fast.http1 = _fast.otlp = None
+    try:
+        return _one_round(exchanges, profile if compiled else None, compiled)
+    finally:
+        _fast.http1, _fast.otlp = saved
+
+
+def _one_round(exchanges: int, profile: cProfile.Profile | None, compiled: bool
+               ) -> dict[str, float]:
     stats = Stats()
     registry = Registry.from_config(["http1", "http2", "rtps", "llm", "vectordb"],
                                     {"http1": {"correlation_headers": ["x-request-id"]}})
     table = ConnTable(registry, stats, 65536, 300 * 10**9)
     correlator = Correlator(stats, 2 * 10**9, ("x-request-id",), max_requests=100_000)
-    evs = events(exchanges)
+    records = [record_of(ev) for ev in events(exchanges)]
+    decode = abi.decode_batch if compiled else abi.decode_each
     spans: list = []
-    t0 = time.perf_counter()
+    td = time.process_time()
+    evs: list = []
+    for i in range(0, len(records), BATCH):
+        evs += decode(records[i : i + BATCH])[0]
+    t0 = time.process_time()
     if profile:
         profile.enable()
     for i in range(0, len(evs), BATCH):
@@ -94,22 +131,23 @@ def one_round(exchanges: int, profile: cProfile.Profile | None) -> dict[str, flo
     spans += correlator.flush()
     if profile:
         profile.disable()
-    t1 = time.perf_counter()
+    t1 = time.process_time()
     assign_ids(spans)
     clock, resource = KernelClock(), resource_for({"service.name": "bench", "process.pid": 1})
     readable = [to_readable(s, resource, clock) for s in spans]
-    t2 = time.perf_counter()
+    t2 = time.process_time()
     spans_to_otlp_proto(readable)
-    t3 = time.perf_counter()
+    t3 = time.process_time()
     encode_spans(readable).SerializeToString()
-    t4 = time.perf_counter()
+    t4 = time.process_time()
     spans_to_otlp_json(readable)
-    t5 = time.perf_counter()
+    t5 = time.process_time()
     to_otlp_json(encode_spans(readable))
-    t6 = time.perf_counter()
+    t6 = time.process_time()
     assert len(spans) == 2 * exchanges, len(spans)
     us = 1e6 / exchanges
-    return {"parse and correlate": (t1 - t0) * us, "to ReadableSpan": (t2 - t1) * us,
+    return {"ring records to events": (t0 - td) * us, "parse and correlate": (t1 - t0) * us,
+            "to ReadableSpan": (t2 - t1) * us,
             "OTLP protobuf, direct (otlp exporter now)": (t3 - t2) * us,
             "OTLP protobuf, SDK encoder (otlp before; otlphttp)": (t4 - t3) * us,
             "OTLP/JSON, direct, pairs reused (file exporter now)": (t5 - t4) * us,
@@ -124,14 +162,37 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     profile = cProfile.Profile() if args.profile else None
-    rounds = [one_round(args.exchanges, profile) for _ in range(args.rounds)]
+    if _fast.http1 is None or _fast.ring is None or _fast.otlp is None:
+        sys.exit("otel_ebpf._fast is not built (make install) or OTEL_EBPF_PURE_PYTHON is set")
+    rounds: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+    for i in range(args.rounds):  # interleaved, the order alternating: a noisy machine
+        for compiled in ((True, False) if i % 2 else (False, True)):
+            rounds[compiled].append(one_round(args.exchanges, profile, compiled))
     lines = [f"### Agent CPU per HTTP/1 exchange, by stage ({time.strftime('%Y-%m-%d')}, "
-             f"{args.exchanges} exchanges seen at both ends, median of {args.rounds} rounds)",
+             f"{args.exchanges} exchanges seen at both ends, median [min–max] of {args.rounds} "
+             "interleaved rounds)",
              "", "`.venv/bin/python bench/agent_pipeline.py --exchanges "
              f"{args.exchanges} --rounds {args.rounds}`", "",
-             "| stage | µs per exchange (2 spans) |", "|---|---:|"]
-    for stage in rounds[0]:
-        lines.append(f"| {stage} | {statistics.median(r[stage] for r in rounds):.0f} |")
+             "| stage | pure Python µs per exchange (2 spans) | compiled path µs | ratio |",
+             "|---|---:|---:|---:|"]
+
+    def cell(values: list[float]) -> str:
+        return f"{statistics.median(values):.1f} [{min(values):.1f}–{max(values):.1f}]"
+
+    for stage in rounds[True][0]:
+        slow = [r[stage] for r in rounds[False]]
+        fast = [r[stage] for r in rounds[True]]
+        lines.append(f"| {stage} | {cell(slow)} | {cell(fast)} | "
+                     f"{statistics.median(fast) / statistics.median(slow):.2f} |")
+    # what the agent pays per exchange exporting to both the otlp and the file exporter
+    path = ("ring records to events", "parse and correlate", "to ReadableSpan",
+            "OTLP protobuf, direct (otlp exporter now)",
+            "OTLP/JSON, direct, pairs reused (file exporter now)")
+    slow = [sum(r[k] for k in path) for r in rounds[False]]
+    fast = [sum(r[k] for k in path) for r in rounds[True]]
+    lines.append(f"| **the agent's path, both exporters** (records to OTLP protobuf and "
+                 f"OTLP/JSON) | {cell(slow)} | {cell(fast)} | "
+                 f"{statistics.median(fast) / statistics.median(slow):.2f} |")
     publish(lines, args.out)
     if profile:
         pstats.Stats(profile).sort_stats("tottime").print_stats(20)

@@ -11,6 +11,7 @@
 #include "profile_abi.h"
 #include "ancestry.bpf.h"
 #include "py_walk.bpf.h" /* py_procs, and the CPython frame walk */
+#include "unwind.bpf.h"  /* unwind tables: user stacks of code without frame pointers */
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -43,11 +44,16 @@ struct {
 	__type(value, __u64);
 } prof_counters SEC(".maps");
 
-static __always_inline void count(__u32 idx)
+static __always_inline void add(__u32 idx, __u64 n)
 {
 	__u64 *v = bpf_map_lookup_elem(&prof_counters, &idx);
 	if (v)
-		*v += 1;
+		*v += n;
+}
+
+static __always_inline void count(__u32 idx)
+{
+	add(idx, 1);
 }
 
 /* The process or one of its ancestors selected (workers forked by a selected server). */
@@ -87,14 +93,30 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 	s->py_status = PY_NONE;
 	bpf_get_current_comm(&s->comm, sizeof(s->comm));
 	s->kstack_bytes = bpf_get_stack(ctx, s->kstack, sizeof(s->kstack), 0);
-	s->ustack_bytes = bpf_get_stack(ctx, s->ustack, sizeof(s->ustack), BPF_F_USER_STACK);
+	int n = -1;
+	if (cfg.unwind_tables) {
+		__u32 by_table = 0, by_fp = 0, by_scan = 0;
+		bool stopped = false;
+		n = unwind_user(pid, s->ustack, &by_table, &by_fp, &by_scan, &stopped);
+		if (n >= 0) {
+			s->ustack_bytes = n * 8;
+			count(PCNT_UW_SAMPLES);
+			add(PCNT_UW_TABLE, by_table);
+			add(PCNT_UW_FP, by_fp);
+			add(PCNT_UW_SCAN, by_scan);
+			if (stopped)
+				count(PCNT_UW_STOPPED);
+		}
+	}
+	if (n < 0) /* no tables for this process (yet): frame pointers, as perf walks them */
+		s->ustack_bytes = bpf_get_stack(ctx, s->ustack, sizeof(s->ustack), BPF_F_USER_STACK);
 	/* the sampled thread is the current one: its Python frames, when it runs CPython */
 	py_walk_current(s->py, &s->py_frames, &s->py_status);
 	if (s->py_status != PY_OK && s->py_status != PY_TRUNCATED && s->py_status != PY_NONE)
 		count(PCNT_PY_ERRORS);
 	count(PCNT_SAMPLES);
-	/* no wake-up: the agent drains on its own timer (DESIGN §1: a wake-up costs the
-	 * sampled program more than the sample) */
+	/* no wake-up: the agent drains on its own timer (waking a waiting reader costs the
+	 * sampled program more than taking the sample) */
 	bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
 	return 0;
 }

@@ -10,7 +10,7 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from otel_ebpf.config import Config
+from otel_ebpf.config import SIGNALS, Config
 from otel_ebpf.conntrack.table import ConnTable
 from otel_ebpf.correlate import Correlator
 from otel_ebpf.export.factory import (
@@ -43,7 +43,9 @@ DROP_WARN_INTERVAL_S = 10.0
 
 def capture_settings(cfg: Config, wide_prefixes: tuple[str, ...] = ()) -> CaptureSettings:
     r = cfg.receiver
-    exporters = {**cfg.exporters_for("traces"), **cfg.exporters_for("metrics")}
+    # every signal's exporters: a profiles-only OTLP endpoint is an export of ours as well
+    exporters = {name: settings for signal in SIGNALS
+                 for name, settings in cfg.exporters_for(signal).items()}
     return CaptureSettings(
         capture_max=r.capture_max_bytes,
         ring_buffer_bytes=r.ring_buffer_size_mib << 20,
@@ -73,14 +75,11 @@ class Agent:
         self.cfg = cfg
         self.stats = Stats()
         self.clock = KernelClock()
-        self.resources = ProcessResources()
-        self._stop = threading.Event()
         r = cfg.receiver
-        # every parser learns which headers correlate/ links spans by
-        options = {name: {"correlation_headers": list(r.correlation_headers),
-                          **r.protocol_options.get(name, {})}
-                   for name in r.protocols_enabled}
-        self.registry = Registry.from_config(r.protocols_enabled, options)
+        self.resources = ProcessResources(command_args=r.command_args)
+        self._stop = threading.Event()
+        # the options load_config built each plugin with (correlation headers included)
+        self.registry = Registry.from_config(r.protocols_enabled, r.plugin_options())
         self.correlator = Correlator(self.stats, int(r.correlation_window_s * 1e9),
                                      r.correlation_headers, max_requests=r.max_connections * 4)
         self.table = ConnTable(self.registry, self.stats, r.max_connections,
@@ -169,7 +168,8 @@ class Agent:
         self.profiler = CpuProfiler(
             ProfilerSettings(frequency=r.profiling_frequency, interval_s=r.profiling_interval_s,
                              link_delay_s=r.correlation_window_s + 1.0, pids=pids,
-                             process_names=names),
+                             process_names=names, unwind_tables=r.profiling_unwind_tables,
+                             unwind_rows=r.profiling_unwind_table_mib << 20 >> 3),
             exporters, self.libbpf_log, resources=self.resources.get,
             to_wall=self.clock.to_wall, stats=self.stats, spans=self.server_threads.spans)
         self.profiler.start()
@@ -182,12 +182,14 @@ class Agent:
         next_sweep = time.monotonic() + SWEEP_INTERVAL_S
         while not self._stop.is_set():
             events = self.tracer.poll(poll_ms)
+            # a sample after the poll brackets the events just read: each is dated by the
+            # wall clock of its own moment (the host may be slewing or stepping it)
+            self.clock.refresh()
             if events:
                 self._new_processes(events)
                 self._emit(self._handle(events))
             if time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + SWEEP_INTERVAL_S
-                self.clock.refresh()
                 now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
                 self._emit(self.correlator.on_spans(self.table.sweep(now), now))
                 self._update_kernel_counters()
@@ -236,8 +238,7 @@ class Agent:
         timed_out = sum(1 for s in spans if s.attributes.get("error.type") == "timeout")
         if timed_out:
             self.stats.add("records.timed_out", timed_out)
-        if self.redact_query:  # before any exporter (or span metric) sees a URL
-            self.redact_query.apply(spans)
+        self.redact_query.apply(spans)  # before any exporter (or span metric) sees a URL
         self.traces.submit(spans)
         if self.server_threads is not None:
             self.server_threads.emitted(spans)

@@ -44,12 +44,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Import late: these pull in libbpf, which `check` reports on when missing.
     from otel_ebpf.export.factory import ExporterConfigError
     from otel_ebpf.export.file import FileExporterError
-    from otel_ebpf.kernel.features import missing_privileges, privilege_message
+    from otel_ebpf.kernel.features import (
+        configured_features,
+        missing_privileges,
+        privilege_message,
+        probe_needs,
+        unmet_needs,
+    )
     from otel_ebpf.kernel.loader import BPFError
 
     missing = missing_privileges()
     if missing:
         err_console.print(f"otel-ebpf: {privilege_message(missing)}", markup=False)
+        return EXIT_CANNOT_RUN
+    # a feature the kernel is too old for: say which and what it needs, before libbpf
+    # fails on it with a verifier log
+    features = configured_features(cfg)
+    unmet = unmet_needs(features, probe_needs(list(features)))
+    for line in unmet:
+        err_console.print(f"otel-ebpf: {line}", markup=False)
+    if unmet:
         return EXIT_CANNOT_RUN
 
     from otel_ebpf.agent import Agent
@@ -90,13 +104,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     except Exception as exc:  # libbpf itself missing
         err_console.print(f"otel-ebpf: {exc}", markup=False)
         return EXIT_CANNOT_RUN
-    checks = run_checks()
+    checks = run_checks() + _protocol_checks()
     table = Table(title=f"otel-ebpf {__version__}: can this host run the agent?")
     table.add_column("feature")
     table.add_column("status")
     table.add_column("detail", overflow="fold")
     for c in checks:
-        status = "ok" if c.ok else ("MISSING" if c.required else "absent (optional)")
+        status = "ok" if c.ok else "not probed" if c.unknown else (
+            "MISSING" if c.required else "absent (optional)")
         style = "green" if c.ok else ("bold red" if c.required else "yellow")
         table.add_row(c.name, f"[{style}]{status}[/]", c.detail)
     Console().print(table)
@@ -105,6 +120,20 @@ def cmd_check(args: argparse.Namespace) -> int:
         err_console.print(f"otel-ebpf cannot run here: {', '.join(failed)}", markup=False)
         return EXIT_CANNOT_RUN
     return EXIT_OK
+
+
+def _protocol_checks() -> list:
+    """The installed parsers and layers, by the names receivers.ebpf.protocols.enabled takes."""
+    from otel_ebpf.kernel.features import Check
+    from otel_ebpf.protocols.registry import available_layers, available_parsers
+
+    parsers, layers = available_parsers(), available_layers()
+    return [
+        Check("protocol parsers", bool(parsers), ", ".join(parsers) or "none installed",
+              required=False),
+        Check("layers over HTTP", bool(layers), ", ".join(layers) or "none installed",
+              required=False),
+    ]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -375,6 +375,9 @@ def _plain(value: Any) -> Any:
                 typed = None
             if isinstance(typed, (bool, int, float)):
                 return typed
+            # a flow list or mapping (`[/gw, /x]`, `{prefix: /gw, api: openai}`) is one
+            if isinstance(typed, (list, dict)) and value.lstrip()[:1] in ("[", "{"):
+                return typed
         return str(value)
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
@@ -511,6 +514,10 @@ _RECEIVER = _Map(
         "profiling": _Map({
             "frequency": _Int(1, 999, 19),
             "interval": _Duration("1s", "1h", "10s"),
+            # native stacks of code without frame pointers from its unwind tables
+            # (docs/profiling.md), and the kernel memory their rows may take in all
+            "unwind_tables": _Bool(False),
+            "unwind_table_mib": _Int(1, 1024, 32),
         }),
         # RDMA port counters (sysfs) and verbs/NCCL uprobes, exported as metrics (docs/rdma.md)
         "rdma": _Map({
@@ -523,6 +530,11 @@ _RECEIVER = _Map(
             "enabled": _Bool(False),
             "scan_interval": _Duration("100ms", "1h", "2s"),
             "libraries": _List(_Str(expected="a file path"), "a list of libcuda file paths"),
+        }),
+        # optional resource attributes, as a Collector receiver's `resource_attributes`
+        "resource_attributes": _Map({
+            # the full command line (redacted): off, it is where secrets are passed
+            "process.command_args": _Map({"enabled": _Bool(False)}),
         }),
         "redaction": _Map({
             # query parameters whose values become REDACTED in url.query/url.full ("*": all)
@@ -541,6 +553,14 @@ _RECEIVER = _Map(
                         "capture_headers": _Bool(False),
                     },
                     extra=_Any(),  # newer http1 options: the parser validates them
+                ),
+                "http2": _Map(
+                    {
+                        "response_timeout": _Duration("1ms", "1h", "30s"),
+                        "capture_headers": _Bool(False),
+                        "max_streams": _Int(1, 65536, 1024),  # open streams per connection
+                    },
+                    extra=_Any(),  # newer http2 options: the parser validates them
                 ),
                 "llm": _Map(
                     {
@@ -607,6 +627,19 @@ def _check_tls(tls: dict, path: tuple, ctx: _Ctx) -> None:
     for key, other in (("cert_file", "key_file"), ("key_file", "cert_file")):
         if key in tls and other not in tls:
             ctx.fail(path + (other,), f"{other} together with {key} (mutual TLS)", None)
+    for key in ("ca_file", "cert_file", "key_file"):
+        if key in tls:
+            _check_readable(tls[key], path + (key,), ctx)
+
+
+def _check_readable(file: str, path: tuple, ctx: _Ctx) -> None:
+    """The file opens for reading, as the user running `run` (so before the privilege
+    check, an unprivileged user is told about a missing certificate, not about root)."""
+    try:
+        with open(file, "rb"):
+            pass
+    except OSError as exc:
+        ctx.fail(path, "a readable file", f"{_show(file)} ({exc.strerror or exc})")
 
 
 def _otlp(endpoints: dict[str, _Node], compressions: tuple[str, ...]) -> _Map:
@@ -657,7 +690,7 @@ EXPORTER_SCHEMAS: dict[str, _Map] = {
         ("gzip", "deflate", "none"),
     ),
     "file": _Map({"path": _Str(expected="a file path")}),
-    "debug": _Map({"verbosity": _Choice(("basic", "normal", "detailed"), "basic")}),
+    "debug": _Map({"verbosity": _Choice(("basic", "normal", "detailed"), "normal")}),
     # profiles only: one gzipped pprof file, or one folded-stacks file, per interval
     "pprof": _Map({"path": _Str(expected="a directory path")}),
     "folded": _Map({"path": _Str(expected="a directory path")}),
@@ -687,7 +720,7 @@ _PROFILE_ONLY_EXPORTERS = ("pprof", "folded")
 # What `exporters:` and `service.pipelines:` are when the file leaves them out; the same
 # as config/default.yaml (a unit test holds the two together).
 DEFAULT_EXPORTERS = {
-    "debug": {"verbosity": "basic"},
+    "debug": {"verbosity": "normal"},
     "file": {"path": "./otel-ebpf-traces.jsonl"},
     "otlp": {"endpoint": "${env:OTEL_EXPORTER_OTLP_ENDPOINT}"},
 }
@@ -892,6 +925,8 @@ def _apply_env(raw: dict, environ: Mapping[str, str], ctx: _Ctx) -> None:
         if not var.startswith(ENV_PREFIX) or var in RESERVED_ENV:
             continue
         paths = names.get(var)
+        if not paths and (plugin_path := _plugin_option_path(var, raw, environ)):
+            paths = [(plugin_path, _Any())]
         if not paths:
             unknown.append(var)
             continue
@@ -907,8 +942,57 @@ def _apply_env(raw: dict, environ: Mapping[str, str], ctx: _Ctx) -> None:
         notes = [f"did you mean {m}?" for m in difflib.get_close_matches(var, names, 1, 0.8)]
         if var.startswith((ENV_PREFIX + "EXPORTERS_", ENV_PREFIX + "SERVICE_PIPELINES_")):
             notes.append("exporters and pipelines can be set only where the config defines them")
+        if var.startswith(_PROTOCOLS_ENV):
+            installed = ", ".join(sorted(_installed_plugins())) or "none"
+            notes.append(f"protocol options are {_PROTOCOLS_ENV}<NAME>_<KEY> for an installed "
+                         f"protocol: {installed}")
         why = f" ({'; '.join(notes)})" if notes else ""
         log.warning("ignoring %s: it names no config key%s", var, why)
+
+
+_PROTOCOLS_PATH = ("receivers", "ebpf", "protocols")
+_PROTOCOLS_ENV = env_name(_PROTOCOLS_PATH) + "_"
+
+
+def _plugin_option_path(var: str, raw: dict, environ: Mapping[str, str]
+                        ) -> tuple[str, ...] | None:
+    """`OTEL_EBPF_RECEIVERS_EBPF_PROTOCOLS_<NAME>_<KEY>` -> `receivers.ebpf.protocols.<name>.
+    <key>`, for a parser or layer installed, enabled or configured in the file. Their keys
+    are the plugins' own (the schema has only some), so the name is matched, the longest
+    first, and the rest is the key, in lower case as every option is written."""
+    if not var.startswith(_PROTOCOLS_ENV):
+        return None
+    section = raw.get("receivers", {}).get("ebpf", {}) if isinstance(raw, dict) else {}
+    section = section.get("protocols") if isinstance(section, dict) else None
+    names = set(_installed_plugins())
+    if isinstance(section, dict):
+        names |= {k for k in section if isinstance(k, str) and k != "enabled"}
+        if isinstance(section.get("enabled"), list):
+            names |= {n for n in section["enabled"] if isinstance(n, str)}
+    enabled = environ.get(_PROTOCOLS_ENV + "ENABLED")
+    if enabled:
+        names |= {str(n) for n in _env_list(enabled) if isinstance(n, str)}
+    rest = var[len(_PROTOCOLS_ENV):]
+    for name in sorted(names - {"enabled"}, key=len, reverse=True):
+        token = env_name(name)[len(ENV_PREFIX):] + "_"
+        if rest.startswith(token) and len(rest) > len(token):
+            return (*_PROTOCOLS_PATH, name, rest[len(token):].lower())
+    return None
+
+
+def _installed_plugins() -> dict[str, type]:
+    """Installed parsers and layers, by name (entry points: loaded once per process)."""
+    global _PLUGINS
+    if _PLUGINS is None:
+        from otel_ebpf.protocols.registry import (  # noqa: PLC0415 (plugins import late)
+            available_layers,
+            available_parsers,
+        )
+        _PLUGINS = {**available_parsers(), **available_layers()}
+    return _PLUGINS
+
+
+_PLUGINS: dict[str, type] | None = None
 
 
 def _set(raw: dict, path: tuple[str, ...], value: Any) -> bool:
@@ -1001,7 +1085,63 @@ def _load(raw: Any, environ: Mapping[str, str]) -> Config:
     _fill_defaults(_SCHEMA, raw, ctx)
     raw = _expand_tree(raw, (), environ, ctx)
     _apply_env(raw, environ, ctx)
-    return _build(_SCHEMA.check(raw, (), ctx))
+    cfg = _build(_SCHEMA.check(raw, (), ctx))
+    _check_plugins(cfg.receiver, ctx)
+    return cfg
+
+
+def _check_plugins(r: EbpfReceiver, ctx: _Ctx) -> None:
+    """Every enabled protocol is installed, and every parser and layer takes its options:
+    each is built once here, as the agent will build it, so that a bad value is a config
+    error at load time (exit 2, before privileges are needed), not one inside the agent."""
+    from otel_ebpf.protocols.registry import PluginOptionsError, build  # noqa: PLC0415
+    plugins = _installed_plugins()
+    installed = ", ".join(sorted(plugins)) or "none"
+    seen: set[str] = set()
+    for i, name in enumerate(r.protocols_enabled):
+        at = (*_PROTOCOLS_PATH, "enabled", i)
+        if name not in plugins:
+            hint = difflib.get_close_matches(name, plugins, n=1)
+            got = _show(name) + (f" (did you mean {hint[0]}?)" if hint else "")
+            ctx.fail(at, f"an installed protocol: {installed}", got)
+        if name in seen:
+            ctx.fail(at, "each protocol at most once", f"{name!r} again")
+        seen.add(name)
+    for name, options in r.plugin_options().items():
+        if name not in plugins:  # options of a protocol not installed: a typo, or stale
+            hint = difflib.get_close_matches(name, plugins, n=1)
+            got = f"unknown key {name!r}" + (f" (did you mean {hint[0]}?)" if hint else "")
+            ctx.fail((*_PROTOCOLS_PATH, name), f"enabled or an installed protocol: {installed}",
+                     got)
+        try:
+            build(name, plugins[name], options)
+        except PluginOptionsError as exc:
+            ctx.fail(*_plugin_failure(name, exc.reason))
+
+
+_KEYED_REASON = re.compile(r"([A-Za-z0-9_]+): (.*)", re.S)
+_MUST_BE = re.compile(r"(?:([A-Za-z0-9_]+) )?must be (.*?)(?:, got (.*))?", re.S)
+
+
+def _plugin_failure(name: str, reason: str) -> tuple[tuple[str, ...], str, str | None]:
+    """A plugin's refusal (`llm.provider: expected a non-empty string, got 7`, `http2:
+    max_streams must be >= 1, got 0`) as (YAML path, expected, got) for a ConfigError."""
+    path: tuple[str, ...] = (*_PROTOCOLS_PATH, name)
+    if reason.startswith(name + "."):
+        m = _KEYED_REASON.fullmatch(reason[len(name) + 1:])
+        if m:
+            path, reason = (*path, m.group(1)), m.group(2)
+    elif reason.startswith(name + ": "):
+        reason = reason[len(name) + 2:]
+    if reason.startswith("expected "):
+        expected, sep, got = reason[len("expected "):].rpartition(", got ")
+        return (path, expected, got) if sep else (path, reason[len("expected "):], None)
+    m = _MUST_BE.fullmatch(reason)
+    if m:
+        if m.group(1) and len(path) == 4:
+            path = (*path, m.group(1))
+        return path, m.group(2), m.group(3)
+    return path, f"a value {name} accepts", reason
 
 
 # --------------------------------------------------------------------------- the result
@@ -1009,12 +1149,9 @@ def _load(raw: Any, environ: Mapping[str, str]) -> Config:
 
 def _protocol_options(protocols: dict) -> dict[str, dict]:
     out = {k: copy.deepcopy(v) for k, v in protocols.items() if k != "enabled"}
-    http1 = out["http1"]
-    out["http1"] = {
-        "response_timeout_s": http1.pop("response_timeout"),
-        "capture_headers": http1.pop("capture_headers"),
-        **http1,
-    }
+    for name in ("http1", "http2"):  # the parsers take seconds, the file a duration
+        options = out[name]
+        out[name] = {"response_timeout_s": options.pop("response_timeout"), **options}
     return out
 
 
@@ -1054,6 +1191,8 @@ class EbpfReceiver:
     tls_openssl: bool = _D["tls"]["openssl"]
     profiling_frequency: int = _D["profiling"]["frequency"]
     profiling_interval_s: float = _D["profiling"]["interval"]
+    profiling_unwind_tables: bool = _D["profiling"]["unwind_tables"]
+    profiling_unwind_table_mib: int = _D["profiling"]["unwind_table_mib"]
     rdma_enabled: bool = _D["rdma"]["enabled"]
     rdma_sysfs_root: str = _D["rdma"]["sysfs_root"]
     rdma_interval_s: float = _D["rdma"]["interval"]
@@ -1061,11 +1200,20 @@ class EbpfReceiver:
     gpu_scan_interval_s: float = _D["gpu"]["scan_interval"]
     gpu_libraries: tuple[str, ...] = tuple(_D["gpu"]["libraries"])
     redact_query_params: tuple[str, ...] = tuple(_D["redaction"]["query_params"])
+    command_args: bool = _D["resource_attributes"]["process.command_args"]["enabled"]
     protocols_enabled: tuple[str, ...] = tuple(_D["protocols"]["enabled"])
-    # parser name -> its options; http1's as {response_timeout_s, capture_headers, ...}
+    # parser name -> its options; http1's and http2's with response_timeout_s (seconds)
     protocol_options: dict[str, dict] = field(
         default_factory=lambda: _protocol_options(_D["protocols"])
     )
+
+    def plugin_options(self) -> dict[str, dict]:
+        """The options each parser and layer is built with: its `protocols.<name>` section
+        and the headers correlate/ links spans by, for every enabled or configured name."""
+        names = dict.fromkeys([*self.protocols_enabled, *self.protocol_options])
+        return {name: {"correlation_headers": list(self.correlation_headers),
+                       **copy.deepcopy(self.protocol_options.get(name, {}))}
+                for name in names}
 
 
 @dataclass(frozen=True, slots=True)
@@ -1145,6 +1293,8 @@ def _build(tree: dict) -> Config:
             tls_openssl=e["tls"]["openssl"],
             profiling_frequency=e["profiling"]["frequency"],
             profiling_interval_s=e["profiling"]["interval"],
+            profiling_unwind_tables=e["profiling"]["unwind_tables"],
+            profiling_unwind_table_mib=e["profiling"]["unwind_table_mib"],
             rdma_enabled=e["rdma"]["enabled"],
             rdma_sysfs_root=e["rdma"]["sysfs_root"],
             rdma_interval_s=e["rdma"]["interval"],
@@ -1152,6 +1302,7 @@ def _build(tree: dict) -> Config:
             gpu_scan_interval_s=e["gpu"]["scan_interval"],
             gpu_libraries=tuple(e["gpu"]["libraries"]),
             redact_query_params=tuple(e["redaction"]["query_params"]),
+            command_args=e["resource_attributes"]["process.command_args"]["enabled"],
             protocols_enabled=tuple(e["protocols"]["enabled"]),
             protocol_options=_protocol_options(e["protocols"]),
         ),

@@ -38,12 +38,15 @@ COUNTERS: dict[str, tuple[str, str]] = {
     "profiles.samples_dropped": ("{sample}", "CPU samples dropped: too many waiting for export"),
     "profiles.python_walk_failed": ("{sample}", "Samples of Python processes whose Python "
                                     "frames could not be read"),
+    "profiles.errors": ("{error}", "Profiler steps that failed and were skipped (one sample's "
+                        "part, address, file or export), by stage and reason"),
     "profiles.exported": ("{sample}", "CPU samples a profile exporter delivered, by exporter"),
     "profiles.export_failed": ("{sample}", "CPU samples a profile exporter failed to deliver"),
     "metrics.measurements_dropped": ("{measurement}", "Span measurements not recorded, by reason "
                                      "(undeclared_instrument, invalid_value, series_limit)"),
-    "metrics.exports_failed": ("{export}", "Span-metric exports that failed, timed out or were "
-                               "skipped (exporter still busy), by exporter and reason"),
+    "metrics.exports_failed": ("{export}", "Metric exports that failed, were not accepted "
+                               "(a backend without metrics), timed out or were skipped "
+                               "(exporter still busy), by exporter and reason"),
     "rdma.counter_resets": ("{reset}", "RDMA port counters seen going back (driver reload, "
                             "counter reset): the exported sums counted on from the new value"),
     "rdma.lost": ("{call}", "Verbs or NCCL calls the RDMA probes could not record, by reason "

@@ -38,14 +38,21 @@ def available_layers() -> dict[str, type[HTTPLayer]]:
 
 
 class PluginOptionsError(ValueError):
-    """A parser or layer refused its options (`receivers.ebpf.protocols.<name>`)."""
+    """A parser or layer refused its options (`receivers.ebpf.protocols.<name>`); `reason`
+    is its own words (`llm.provider: expected a non-empty string, got 7`)."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name, self.reason = name, reason
+        super().__init__(f"receivers.ebpf.protocols.{name}: {reason}")
 
 
-def _build(name: str, cls: type, options: Mapping[str, Any] | None):
+def build(name: str, cls: type, options: Mapping[str, Any] | None):
+    """One parser or layer with its options; PluginOptionsError when it refuses them (the
+    config loader calls this too, so that bad options stop `run` before it needs root)."""
     try:
         return cls(options)
     except (ValueError, TypeError) as exc:
-        raise PluginOptionsError(f"receivers.ebpf.protocols.{name}: {exc}") from exc
+        raise PluginOptionsError(name, str(exc)) from exc
 
 
 class Registry:
@@ -72,8 +79,8 @@ class Registry:
             raise KeyError(
                 f"unknown protocol(s) {missing}; installed: {sorted([*parsers, *layers])}"
             )
-        return cls([_build(n, parsers[n], options.get(n)) for n in names if n in parsers],
-                   [_build(n, layers[n], options.get(n)) for n in names if n in layers])
+        return cls([build(n, parsers[n], options.get(n)) for n in names if n in parsers],
+                   [build(n, layers[n], options.get(n)) for n in names if n in layers])
 
     @property
     def instruments(self) -> dict:

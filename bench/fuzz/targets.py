@@ -27,6 +27,7 @@ with atheris.instrument_imports(include=["otel_ebpf"]):
     from otel_ebpf.protocols.vectordb import CAPTURE_PREFIXES, VectorDBLayer
 
     import otel_ebpf.conntrack.connection  # noqa: F401  (the tracker around the parser)
+    import otel_ebpf.protocols.http1.parse  # noqa: F401  (both head paths)
 
 # the same seed pieces the CI property tests use, so the fuzzer starts deep in each protocol
 from tests.protocols.conftest import ConnectionDriver, conn_info  # noqa: E402
@@ -99,6 +100,45 @@ def _stream(parser_factory: Callable[[], tuple], pieces: list[bytes]) -> Callabl
     return one
 
 
+def _http1_differential(pieces: list[bytes]) -> Callable[[bytes], None]:
+    """The compiled HTTP/1 heads (otel_ebpf/_fast/http1.c) against llhttp: one script of
+    syscalls fed to two connections, one parsing heads in C, one with llhttp; a difference
+    in their records or spans is a crash (AssertionError)."""
+    parser = HTTP1Parser({"correlation_headers": ["x-request-id", "traceparent"]})
+
+    def one(data: bytes, totals: Totals) -> None:
+        fdp = atheris.FuzzedDataProvider(data)
+        role = (Role.CLIENT, Role.SERVER)[fdp.ConsumeIntInRange(0, 1)]
+        midstream = fdp.ConsumeBool()
+        script = []
+        for _ in range(fdp.ConsumeIntInRange(0, MAX_STEPS)):
+            if fdp.remaining_bytes() == 0:
+                break
+            direction = (Direction.EGRESS, Direction.INGRESS)[fdp.ConsumeIntInRange(0, 1)]
+            captured = _chunk(fdp, pieces)
+            gap = GAPS[fdp.ConsumeIntInRange(0, len(GAPS) - 1)] if fdp.ConsumeProbability() < 0.1 else 0
+            script.append((direction, captured, gap))
+        close = fdp.ConsumeBool()
+        drivers = []
+        for compiled in (True, False):
+            driver = ConnectionDriver(parser, conn_info(role), midstream=midstream)
+            if not compiled:
+                driver.state.fast_kept = None  # every head through llhttp
+            for direction, captured, gap in script:
+                driver.feed(direction, captured, gap)
+            if close:
+                driver.close()
+            drivers.append(driver)
+        fast, slow = drivers
+        assert fast.records == slow.records, (fast.records, slow.records)
+        spans = fast.spans()
+        assert spans == slow.spans()
+        assert fast.stats.totals() == slow.stats.totals()
+        totals.add(fast, len(spans))
+
+    return one
+
+
 def _http_pieces(paths: list[str], bodies: list[bytes]) -> list[bytes]:
     """HTTP/1 heads for the layer's paths, and bodies shaped like its documents."""
     heads = []
@@ -165,6 +205,7 @@ def _parsers() -> dict[str, Callable]:
     llm_paths = sorted(BUILTIN)
     return {
         "http1": _stream(lambda: (http1, ()), FRAGMENTS + [b for ex in EXCHANGES for b in ex]),
+        "http1_fast": _http1_differential(FRAGMENTS + [b for ex in EXCHANGES for b in ex]),
         "http2": _stream(lambda: (http2, ()), http2_fragments()),
         # layers read bodies inside HTTP/1 messages: fuzz them through the real HTTP parser
         "llm": _stream(lambda: (HTTP1Parser(), (LLMLayer({"capture_content": True}),)),

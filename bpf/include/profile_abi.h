@@ -49,7 +49,44 @@ struct profile_config {
 	__u32 agent_pid;         /* never sampled */
 	__u8 filter_pids;        /* sample only processes in target_pids (and their children) */
 	__u8 filter_comms;       /* ... or whose name is in target_comms */
-	__u8 _pad[2];
+	__u8 unwind_tables;      /* walk user stacks with unwind tables (unwind.bpf.h) */
+	__u8 _pad[1];
+};
+
+/* Unwind tables (bpf/include/unwind.bpf.h, otel_ebpf/profiling/unwind_tables.py): rows
+ * of every loaded file in one array, sorted by pc within a file; a row's rules hold from
+ * its pc to the next row's. */
+#define UNWIND_MAX_MAPS 64       /* mappings with a table, per process */
+#define UNWIND_SEARCH_STEPS 25   /* binary search steps: tables of up to 32M rows */
+#define UNWIND_SCAN_WORDS 64     /* stack words scanned above a leaf without rules */
+
+enum unwind_kind {
+	UW_CFA_RSP = 0,          /* CFA = rsp + 8 * cfa */
+	UW_CFA_RBP = 1,          /* CFA = rbp + 8 * cfa */
+	UW_PLT = 2,              /* a PLT entry: CFA = rsp + 8, + 8 past its 11th byte */
+	UW_STOP = 3,             /* rules the walker cannot follow, or the outermost frame */
+	UW_NONE = 4,             /* no unwind information here: frame pointers */
+};
+
+struct unwind_row {
+	__u32 pc;                /* virtual address in the file */
+	__u8 kind;               /* enum unwind_kind */
+	__u8 rbp;                /* the caller's rbp saved at CFA - 8 * rbp; 0: unchanged */
+	__u16 cfa;               /* CFA offset in 8-byte units */
+};
+
+struct unwind_map {
+	__u64 start;             /* executable mapping [start, end) in the process */
+	__u64 end;
+	__u64 bias;              /* address in the process - virtual address in the file */
+	__u32 row_start;         /* the file's rows in unwind_rows */
+	__u32 row_count;
+};
+
+struct unwind_proc {
+	__u32 n;                 /* entries of m[] used, sorted by start */
+	__u32 _pad;
+	struct unwind_map m[UNWIND_MAX_MAPS];
 };
 
 struct profile_sample {
@@ -71,7 +108,13 @@ enum prof_counter_idx {
 	PCNT_SAMPLES = 0,        /* samples of selected processes sent */
 	PCNT_DROPS = 1,          /* the ring was full */
 	PCNT_PY_ERRORS = 2,      /* Python walks that failed (PY_NO_THREAD or PY_READ_ERROR) */
-	PCNT_MAX = 3,
+	PCNT_UW_SAMPLES = 3,     /* samples whose user stack was walked with unwind tables */
+	PCNT_UW_TABLE = 4,       /* frames stepped over by a table row */
+	PCNT_UW_FP = 5,          /* frames stepped over by frame pointer (no row there) */
+	PCNT_UW_STOPPED = 6,     /* walks ended by a row saying stop: the outermost frame
+	                          * (_start), or rules the walker cannot follow */
+	PCNT_UW_SCAN = 7,        /* leaves without rules stepped over by a stack scan */
+	PCNT_MAX = 8,
 };
 
 #endif

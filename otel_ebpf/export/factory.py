@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_ebpf.export.debug import DebugMetricExporter, DebugSpanExporter
+from otel_ebpf.export.debug import DEFAULT_VERBOSITY, DebugMetricExporter, DebugSpanExporter
 from otel_ebpf.export.file import FileMetricExporter, FileSpanExporter
 
 Config = Mapping[str, Any]
@@ -155,10 +155,8 @@ def _http_spans(cfg: Config, name: str) -> SpanExporter:
 
 
 def _grpc_metrics(cfg: Config, name: str) -> MetricExporter:
-    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (  # noqa: PLC0415
-        OTLPMetricExporter,
-    )
-    return OTLPMetricExporter(**_drop_none(_grpc_kwargs(cfg, name)))
+    from otel_ebpf.export.otlp_grpc import GrpcMetricExporter  # noqa: PLC0415
+    return GrpcMetricExporter(name=name, **_drop_none(_grpc_kwargs(cfg, name)))
 
 
 def _http_metrics(cfg: Config, name: str) -> MetricExporter:
@@ -172,13 +170,13 @@ _SPAN_BUILDERS: dict[str, Callable[[Config, str], SpanExporter]] = {
     "otlp": _grpc_spans,
     "otlphttp": _http_spans,
     "file": lambda cfg, name: FileSpanExporter(_path(cfg, name)),
-    "debug": lambda cfg, name: DebugSpanExporter(cfg.get("verbosity", "basic")),
+    "debug": lambda cfg, name: DebugSpanExporter(cfg.get("verbosity", DEFAULT_VERBOSITY)),
 }
 _METRIC_BUILDERS: dict[str, Callable[[Config, str], MetricExporter]] = {
     "otlp": _grpc_metrics,
     "otlphttp": _http_metrics,
     "file": lambda cfg, name: FileMetricExporter(_path(cfg, name)),
-    "debug": lambda cfg, name: DebugMetricExporter(cfg.get("verbosity", "basic")),
+    "debug": lambda cfg, name: DebugMetricExporter(cfg.get("verbosity", DEFAULT_VERBOSITY)),
 }
 
 

@@ -39,11 +39,19 @@ def _value(v: Any) -> dict[str, Any]:
     return {"stringValue": str(v)}
 
 
-_pairs: dict[tuple[str, Any], bytes] = {}
+_pairs: dict[tuple, bytes] = {}
+
+
+def _cache_key(key: str, value: Any) -> tuple:
+    """The pair's identity, types included: True == 1 == 1.0 as dict keys, and without its
+    type a 1 after a True was written as the cached boolean."""
+    if type(value) is list:
+        return key, list, tuple((type(x), x) for x in value)
+    return key, type(value), value
 
 
 def _key_value(key: str, value: Any) -> bytes:
-    cache_key = (key, tuple(value) if type(value) is list else value)
+    cache_key = _cache_key(key, value)
     encoded = _pairs.get(cache_key)
     if encoded is None:
         # a copy of exact size: orjson's result keeps its ~4 KB write buffer, which, kept

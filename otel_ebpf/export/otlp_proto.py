@@ -11,6 +11,8 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from otel_ebpf import _fast
+
 # OTLP's SpanKind counts from 1 (UNSPECIFIED = 0); the API's from 0 (INTERNAL = 0)
 _KIND_OFFSET = 1
 # SpanFlags: the span knows whether its parent is remote, and whether it is
@@ -59,12 +61,20 @@ def _any_value(v: Any) -> bytes:
     return _field(b"\x0a", str(v).encode())
 
 
-_pairs: dict[tuple[str, Any], bytes] = {}
+_pairs: dict[tuple, bytes] = {}
+
+
+def _cache_key(key: str, value: Any) -> tuple:
+    """The pair's identity, types included: True == 1 == 1.0 as dict keys, and without its
+    type a 1 after a True was written as the cached boolean."""
+    if type(value) is list:
+        return key, list, tuple((type(x), x) for x in value)
+    return key, type(value), value
 
 
 def _key_value(key: str, value: Any) -> bytes:
     """A KeyValue message's bytes, from the cache when this pair was seen before."""
-    cache_key = (key, tuple(value) if type(value) is list else value)
+    cache_key = _cache_key(key, value)
     encoded = _pairs.get(cache_key)
     if encoded is None:
         encoded = _field(b"\x0a", key.encode()) + _field(b"\x12", _any_value(value))
@@ -84,6 +94,19 @@ def attributes(tag: bytes, attrs: Mapping[str, Any] | None) -> bytes:
 def _span(span: ReadableSpan) -> bytes:
     ctx = span.get_span_context()
     parent = span.parent
+    fast = _fast.otlp
+    if fast is not None and not span.events and not span.links:
+        # the same bytes, written in C (otel_ebpf/_fast/otlp.c); None: a value it leaves here
+        status = span.status
+        encoded = fast.span(
+            ctx.trace_id, ctx.span_id,
+            ctx.trace_state.to_header().encode() if ctx.trace_state else b"",
+            parent.span_id if parent is not None else 0,
+            parent is not None and parent.is_remote, span.name,
+            span.kind.value + _KIND_OFFSET, span.start_time, span.end_time, span.attributes,
+            status.description or "", status.status_code.value)
+        if encoded is not None:
+            return encoded
     parts = [b"\x0a\x10", ctx.trace_id.to_bytes(16, "big"),
              b"\x12\x08", ctx.span_id.to_bytes(8, "big")]
     trace_state = ctx.trace_state.to_header() if ctx.trace_state else ""

@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from otel_ebpf import __version__
 from otel_ebpf.correlate import assign_ids
 from otel_ebpf.export.factory import DisabledExporter
+from otel_ebpf.export.metrics_send import CountedMetricExporter
 from otel_ebpf.export.queue import ExportQueue
 from otel_ebpf.protocols.base import NeutralSpan
 from otel_ebpf.spans.clock import KernelClock
@@ -101,8 +102,9 @@ class MetricsPipeline:
     ) -> None:
         self._stats = stats
         readers = [
-            PeriodicExportingMetricReader(exporter, export_interval_millis=interval_s * 1000)
-            for exporter in exporters.values()
+            PeriodicExportingMetricReader(CountedMetricExporter(exporter, name, stats),
+                                          export_interval_millis=interval_s * 1000)
+            for name, exporter in exporters.items()
             if not isinstance(exporter, DisabledExporter)
         ]
         resource = Resource(

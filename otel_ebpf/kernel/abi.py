@@ -13,6 +13,7 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from otel_ebpf import _fast
 from otel_ebpf.protocols.base import Direction, Role
 
 ABI_VERSION = 2
@@ -233,6 +234,47 @@ def decode(buf: bytes) -> Event:
     if len(buf) < size:
         raise BadRecord(f"record of type {buf[0]} is {len(buf)} bytes, expected >= {size}")
     return fn(buf)
+
+
+def decode_batch(records: list[bytes]) -> tuple[list[Event], int]:
+    """Records -> events, and how many were malformed (left out). The compiled decoder
+    (otel_ebpf/_fast/ring.c) builds data and close events itself and hands every other
+    record back for decode(), which is the reference for all of them."""
+    if _fast.ring is None:
+        return decode_each(records)
+    events, raw = _fast.ring.decode(records)
+    return finish_raw(events) if raw else (events, 0)
+
+
+def decode_each(records: list[bytes]) -> tuple[list[Event], int]:
+    """The Python path of decode_batch, one decode() per record."""
+    events: list[Event] = []
+    bad = 0
+    for record in records:
+        try:
+            events.append(decode(record))
+        except BadRecord:
+            bad += 1
+    return events, bad
+
+
+def finish_raw(events: list) -> tuple[list[Event], int]:
+    """The records the compiled decoder left as bytes, decoded here (order kept)."""
+    out: list[Event] = []
+    bad = 0
+    for ev in events:
+        if type(ev) is bytes:
+            try:
+                ev = decode(ev)
+            except BadRecord:
+                bad += 1
+                continue
+        out.append(ev)
+    return out, bad
+
+
+if _fast.ring is not None:
+    _fast.ring.configure(DataEvent, ConnClose, _DIRECTIONS)
 
 
 def pack_agent_config(

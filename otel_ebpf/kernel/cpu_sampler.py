@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import mmap
 import os
 import platform
 import struct
@@ -25,7 +26,9 @@ MAX_TARGETS = 1024
 NO_FIELD = 0xFFFFFFFF
 PY_F_ENTRY = 1
 PY_NONE, PY_OK, PY_NO_THREAD, PY_READ_ERROR, PY_TRUNCATED = 0, 1, 2, 3, 4
-COUNTER_NAMES = {0: "samples", 1: "drops", 2: "python_errors"}
+COUNTER_NAMES = {0: "samples", 1: "drops", 2: "python_errors", 3: "unwind_samples",
+                 4: "unwind_table_frames", 5: "unwind_fp_frames", 6: "unwind_stopped",
+                 7: "unwind_scanned"}
 
 # struct profile_sample: header, then three u64 arrays
 _HEADER = struct.Struct("<QIIIiiHH16s")
@@ -39,7 +42,20 @@ PY_OFFSET_FIELDS = ("interp_head", "threads_head", "tstate_next", "tstate_native
                     "frame_owner", "frame_is_entry")
 _PY_PROC = struct.Struct("<Q10I")
 PY_PROC_SIZE = 48
-CONFIG = struct.Struct("<IBB2x")  # struct profile_config
+CONFIG = struct.Struct("<IBBBx")  # struct profile_config
+# unwind tables: struct unwind_row (8 bytes), struct unwind_map, struct unwind_proc
+UNWIND_ROW_SIZE = 8
+UNWIND_MAX_MAPS = 64
+_UNWIND_MAP = struct.Struct("<QQQII")
+UNWIND_PROC_SIZE = 8 + UNWIND_MAX_MAPS * _UNWIND_MAP.size
+
+
+def pack_unwind_proc(maps: list[tuple[int, int, int, int, int]]) -> bytes:
+    """struct unwind_proc from (start, end, bias, row_start, row_count), sorted by start."""
+    maps = sorted(maps)[:UNWIND_MAX_MAPS]
+    body = b"".join(_UNWIND_MAP.pack(*m) for m in maps)
+    return struct.pack("<II", len(maps), 0) + body.ljust(UNWIND_MAX_MAPS * _UNWIND_MAP.size,
+                                                         b"\0")
 
 MAX_FREQUENCY = 999
 
@@ -135,7 +151,10 @@ class CpuSampler:
     decoded samples."""
 
     def __init__(self, frequency: int, libbpf_log: LibbpfLog, *, pids: Iterable[int] = (),
-                 process_names: Iterable[str] = (), ring_buffer_bytes: int = 4 << 20) -> None:
+                 process_names: Iterable[str] = (), ring_buffer_bytes: int = 4 << 20,
+                 unwind_rows: int = 0) -> None:
+        """`unwind_rows` > 0: user stacks are walked with unwind tables of up to that many
+        rows in all (8 bytes each, kernel memory), written with write_rows()."""
         if not 1 <= frequency <= MAX_FREQUENCY:
             raise BPFError(f"sampling frequency {frequency} Hz is outside 1..{MAX_FREQUENCY}")
         check_btf()
@@ -144,8 +163,20 @@ class CpuSampler:
         self.obj = BPFObject("profile", libbpf_log)
         try:
             self.obj.set_max_entries("samples", ring_buffer_bytes)
-            self.obj.set_rodata(CONFIG.pack(os.getpid(), bool(pids) or bool(names), bool(names)))
+            self.obj.set_max_entries("unwind_rows", max(1, unwind_rows))
+            # preallocated hash (2 KiB an entry): only as large as needed when tables are off
+            self.obj.set_max_entries("unwind_procs", MAX_TARGETS if unwind_rows else 1)
+            self.obj.set_rodata(CONFIG.pack(os.getpid(), bool(pids) or bool(names), bool(names),
+                                            unwind_rows > 0))
             self.obj.load()
+            self.unwind_rows = unwind_rows
+            self.rows_mem: mmap.mmap | None = None
+            if unwind_rows:
+                # the rows array is mmapable: tables of millions of rows are copied in, not
+                # updated one syscall per row
+                size = -(-unwind_rows * UNWIND_ROW_SIZE // mmap.PAGESIZE) * mmap.PAGESIZE
+                self.rows_mem = mmap.mmap(self.obj.map("unwind_rows").fd, size,
+                                          mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             self.add_pids(pids)
             for name in names[:MAX_TARGETS]:
                 key = name.encode()[: COMM_LEN - 1].ljust(COMM_LEN, b"\0")
@@ -186,6 +217,20 @@ class CpuSampler:
     def forget_python(self, pid: int) -> None:
         self.py_procs.delete(pid.to_bytes(4, "little"))
 
+    def write_rows(self, start: int, rows: bytes) -> None:
+        """Unwind rows (struct unwind_row each) into the kernel's array from index `start`."""
+        if self.rows_mem is None or start + len(rows) // UNWIND_ROW_SIZE > self.unwind_rows:
+            raise BPFError("unwind rows beyond the table's size")
+        at = start * UNWIND_ROW_SIZE
+        self.rows_mem[at:at + len(rows)] = rows
+
+    def set_unwind_maps(self, pid: int, maps: list[tuple[int, int, int, int, int]]) -> None:
+        """The mappings of `pid` that have rows: (start, end, bias, row_start, row_count)."""
+        self.obj.map("unwind_procs").update(pid.to_bytes(4, "little"), pack_unwind_proc(maps))
+
+    def forget_unwind(self, pid: int) -> None:
+        self.obj.map("unwind_procs").delete(pid.to_bytes(4, "little"))
+
     def poll(self, timeout_ms: int) -> list[RawSample]:
         out: list[RawSample] = []
         for record in self.ring.drain(timeout_ms):
@@ -201,6 +246,10 @@ class CpuSampler:
                 for idx, name in COUNTER_NAMES.items()}
 
     def close(self) -> None:
+        rows_mem = getattr(self, "rows_mem", None)
+        if rows_mem is not None:
+            rows_mem.close()
+            self.rows_mem = None
         ring = getattr(self, "ring", None)
         if ring is not None:
             ring.close()

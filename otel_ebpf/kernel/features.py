@@ -22,6 +22,7 @@ class Check:
     ok: bool
     detail: str
     required: bool = True
+    unknown: bool = False  # could not be told here (another check says why)
 
 
 def effective_caps(status_path: str = "/proc/self/status") -> set[str]:
@@ -169,8 +170,121 @@ def _check_asyncio_symbols() -> Check:
     return Check("asyncio task probes", not stripped, detail, required=False)
 
 
+# --------------------------------------------------------------------------- kernel needs
+
+
+@dataclass(frozen=True)
+class Need:
+    """A BPF helper some programs call, in the program type they are (uprobes are kprobe
+    programs), and the first Linux version that has it."""
+
+    helper: str
+    helper_id: int  # enum bpf_func_id (linux/bpf.h)
+    prog: str
+    prog_type: int  # enum bpf_prog_type
+    since: str
+
+
+_KPROBE, _TRACEPOINT, _PERF_EVENT = 2, 5, 7
+_RINGBUF_RESERVE, _RINGBUF_OUTPUT, _LOOP, _GET_STACK = 131, 130, 181, 67
+
+# What each feature's BPF objects (bpf/*.bpf.c) call that an older kernel may lack: the
+# helper that sets its minimum Linux version, and the others newer than 4.18. Every one
+# also needs BTF (CO-RE), checked on its own.
+FEATURE_NEEDS: dict[str, tuple[Need, ...]] = {
+    "socket capture (traces, metrics)": (
+        Need("bpf_ringbuf_reserve", _RINGBUF_RESERVE, "tracepoint", _TRACEPOINT, "5.8"),
+    ),
+    "TLS (OpenSSL uprobes)": (
+        Need("bpf_ringbuf_reserve", _RINGBUF_RESERVE, "uprobe", _KPROBE, "5.8"),
+    ),
+    "CPU profiles": (
+        Need("bpf_loop", _LOOP, "perf_event", _PERF_EVENT, "5.17"),
+        Need("bpf_get_stack", _GET_STACK, "perf_event", _PERF_EVENT, "4.18"),
+    ),
+    "GPU memory (CUDA uprobes)": (
+        Need("bpf_loop", _LOOP, "uprobe", _KPROBE, "5.17"),
+        Need("bpf_ringbuf_reserve", _RINGBUF_RESERVE, "uprobe", _KPROBE, "5.8"),
+    ),
+    "RDMA and NCCL (uprobes)": (
+        Need("bpf_ringbuf_output", _RINGBUF_OUTPUT, "uprobe", _KPROBE, "5.8"),
+    ),
+}
+
+
+def probe(need: Need) -> bool | None:
+    """Whether this kernel lets `need.prog` programs call the helper: libbpf loads a tiny
+    program that calls it and reads the verifier's "unknown func". None when that cannot
+    be told: without the privileges to load a program libbpf answers "assume supported"."""
+    if missing_privileges():
+        return None
+    rc = libbpf.lib.libbpf_probe_bpf_helper(need.prog_type, need.helper_id, None)
+    return None if rc < 0 else rc == 1
+
+
+def probe_needs(features: list[str] | None = None) -> dict[Need, bool | None]:
+    """Each need of `features` (all of them when None), probed once."""
+    out: dict[Need, bool | None] = {}
+    for feature in FEATURE_NEEDS if features is None else features:
+        for need in FEATURE_NEEDS[feature]:
+            if need not in out:
+                out[need] = probe(need)
+    return out
+
+
+def configured_features(cfg) -> dict[str, str]:
+    """{feature: the config key that turns it on} for what this config will load."""
+    r = cfg.receiver
+    out = {"socket capture (traces, metrics)": "receivers.ebpf"}
+    if r.tls_openssl:
+        out["TLS (OpenSSL uprobes)"] = "receivers.ebpf.tls.openssl"
+    profiles = [n for n, p in cfg.pipelines.items() if p.signal == "profiles"]
+    if profiles:
+        out["CPU profiles"] = f"service.pipelines.{profiles[0]}"
+    if r.gpu_enabled:
+        out["GPU memory (CUDA uprobes)"] = "receivers.ebpf.gpu.enabled"
+    if r.rdma_enabled:
+        out["RDMA and NCCL (uprobes)"] = "receivers.ebpf.rdma.enabled"
+    return out
+
+
+def unmet_needs(features: dict[str, str], supported: dict[Need, bool | None],
+                kernel: str | None = None) -> list[str]:
+    """One line per configured feature whose helpers this kernel lacks (a need that could
+    not be probed is not held against it: loading will tell)."""
+    kernel = kernel or platform.release()
+    lines = []
+    for feature, why in features.items():
+        lacking = [n for n in FEATURE_NEEDS[feature] if supported.get(n) is False]
+        if lacking:
+            needs = ", ".join(f"{n.helper} in {n.prog} programs (Linux {n.since}+)"
+                              for n in lacking)
+            lines.append(f"{feature} ({why}) needs {needs}; this kernel, {kernel}, "
+                         f"lacks it: run on Linux {max_version(lacking)} or later, or turn "
+                         f"{why} off")
+    return lines
+
+
+def max_version(needs: list[Need] | tuple[Need, ...]) -> str:
+    return max((n.since for n in needs), key=lambda v: tuple(int(x) for x in v.split(".")))
+
+
+def _check_feature(feature: str, supported: dict[Need, bool | None]) -> Check:
+    needs = FEATURE_NEEDS[feature]
+    states = [supported[n] for n in needs]
+    ok = all(states)
+    unknown = not ok and False not in states  # only unprobed ones: not held against it
+    detail = "; ".join(
+        f"{n.helper} in {n.prog} programs (Linux {n.since}+): "
+        + {True: "yes", False: "NO", None: "not probed (no privileges)"}[supported[n]]
+        for n in needs)
+    required = feature == "socket capture (traces, metrics)" and not unknown
+    return Check(f"kernel: {feature}", ok, detail, required=required, unknown=unknown)
+
+
 def run_checks() -> list[Check]:
     major, minor = libbpf.version()
+    supported = probe_needs()
     checks = [
         Check("kernel", True, platform.release(), required=False),
         _check_privileges(),
@@ -179,6 +293,7 @@ def run_checks() -> list[Check]:
         _check_btf(),
         _check_tracefs(),
         _check_ringbuf(),
+        *(_check_feature(f, supported) for f in FEATURE_NEEDS),
         _check_path("uprobes", "/sys/bus/event_source/devices/uprobe",
                     "for TLS, GPU and RDMA probes", required=False),
         _check_path("kprobes (not used)", "/sys/bus/event_source/devices/kprobe",
@@ -193,4 +308,6 @@ def run_checks() -> list[Check]:
     return checks
 
 
-__all__ = ["Check", "run_checks", "missing_privileges", "privilege_message", "TRACEFS"]
+__all__ = ["FEATURE_NEEDS", "Check", "Need", "TRACEFS", "configured_features",
+           "missing_privileges", "privilege_message", "probe_needs", "run_checks",
+           "unmet_needs"]

@@ -39,6 +39,8 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "libbpf_minor_version": (ctypes.c_uint32, []),
     "libbpf_num_possible_cpus": (c_int, []),
     "libbpf_set_print": (c_void_p, [c_void_p]),
+    # (prog type, helper id, opts=NULL) -> 1 supported, 0 not, < 0 could not tell
+    "libbpf_probe_bpf_helper": (c_int, [c_int, c_int, c_void_p]),
     "bpf_object__open_file": (c_void_p, [c_char_p, c_void_p]),
     "bpf_object__load": (c_int, [c_void_p]),
     "bpf_object__close": (None, [c_void_p]),

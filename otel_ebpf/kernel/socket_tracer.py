@@ -3,11 +3,14 @@ build/capture.bpf.o): configure, load, attach, drain."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from otel_ebpf import _fast
 
 from . import abi
 from .asyncio_probes import AsyncioProbes
@@ -82,7 +85,9 @@ class SocketTracer:
             self.obj.load()
             self._select_targets(settings)
             self.programs = self.obj.attach_all()
-            self.ring = RingBuffer([self.obj.map("events")])
+            # the compiled reader when built (no Python callback per record), else ctypes
+            self.ring = (RingBuffer([self.obj.map("events")]) if _fast.ring is None
+                         else _fast.ring.Ring([self.obj.map("events").fd]))
             self.asyncio = AsyncioProbes(self.obj)
             self.ssl = SSLProbes(self.obj)
         except BaseException:
@@ -135,13 +140,16 @@ class SocketTracer:
                         abi.MAX_TARGETS)
 
     def poll(self, timeout_ms: int) -> list[abi.Event]:
-        events: list[abi.Event] = []
-        for record in self.ring.drain(timeout_ms):
-            try:
-                events.append(abi.decode(record))
-            except abi.BadRecord as exc:
-                self.bad_records += 1
-                log.debug("bad ring-buffer record: %s", exc)
+        if isinstance(self.ring, RingBuffer):
+            events, bad = abi.decode_each(self.ring.drain(timeout_ms))
+        else:
+            events, raw, rc = self.ring.poll(timeout_ms)
+            if rc < 0 and -rc != errno.EINTR:  # a signal arriving is not an error
+                raise BPFError(f"ring buffer poll failed: {os.strerror(-rc)} (errno {-rc})")
+            events, bad = abi.finish_raw(events) if raw else (events, 0)
+        if bad:
+            self.bad_records += bad
+            log.debug("%d bad ring-buffer records", bad)
         return events
 
     def mute(self, keys: list[tuple[int, int, int]]) -> None:

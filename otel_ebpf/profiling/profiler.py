@@ -1,12 +1,15 @@
 """The CPU profiler at run time: drains the sampler, names each sample's frames right away
 (while its code objects still exist), and every interval hands a ProfileBatch to the
-profile exporters (OTLP, pprof, folded), with links to the spans the threads served."""
+profile exporters (OTLP, pprof, folded), with links to the spans the threads served.
+No single sample, address, file or export stops it: each step is guarded and its failures
+are counted (`profiles.errors` by stage and reason, otel_ebpf.* self-metrics)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -18,6 +21,7 @@ from otel_ebpf.kernel.libbpf import LibbpfLog
 from .links import ActiveSpans
 from .python_procs import Interpreter
 from .symbolizer import Stack, Symbolizer
+from .unwinder import Unwinder
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +44,11 @@ class ProfilerSettings:
     pids: tuple[int, ...] = ()
     process_names: tuple[str, ...] = ()
     poll_interval_s: float = 0.1
+    # walk user stacks with unwind tables built from each file's call frame information
+    # (code without frame pointers: libtorch, MKL, Debian's CPython); rows in all, 8 bytes
+    # of kernel memory each (libtorch_cpu 2.13 alone: 2.6M)
+    unwind_tables: bool = False
+    unwind_rows: int = 4 << 20
 
 
 class CpuProfiler:
@@ -54,20 +63,36 @@ class CpuProfiler:
         self.stats = stats
         self.spans = spans or ActiveSpans()
         self.sampler = CpuSampler(settings.frequency, libbpf_log, pids=settings.pids,
-                                  process_names=settings.process_names)
-        self.symbolizer = Symbolizer(on_python=self._python_found)
+                                  process_names=settings.process_names,
+                                  unwind_rows=settings.unwind_rows if settings.unwind_tables
+                                  else 0)
+        # every failed step, by (stage, reason), also in stats as profiles.errors
+        self.failures: Counter[tuple[str, str]] = Counter()
+        self.symbolizer = Symbolizer(on_python=self._python_found, on_failure=self._failed)
         self.pending: list[Stack] = []
         self.pythons: dict[int, Interpreter] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._window_start = time.time_ns()
+        self.unwinder: Unwinder | None = None
+        self._seen: set[int] = set(settings.pids)
         try:
+            if settings.unwind_tables:
+                self.unwinder = Unwinder(settings.unwind_rows, self.sampler.write_rows,
+                                         self.sampler.set_unwind_maps,
+                                         self.sampler.forget_unwind, self.symbolizer.fail)
             for pid in settings.pids:  # Python frames from the first sample on
                 self.symbolizer.process(pid)
+                self._unwind(pid)
             self.sampler.start()
         except BaseException:
             self.sampler.close()
             raise
+
+    def _failed(self, stage: str, reason: str) -> None:
+        self.failures[(stage, reason)] += 1
+        if self.stats is not None:
+            self.stats.add("profiles.errors", stage=stage, reason=reason)
 
     def _python_found(self, interp: Interpreter) -> None:
         self.pythons[interp.pid] = interp
@@ -81,6 +106,14 @@ class CpuProfiler:
         self.sampler.add_pids(pids)
         for pid in pids:
             self.symbolizer.process(pid)
+            self._unwind(pid)
+
+    def _unwind(self, pid: int) -> None:
+        if self.unwinder is not None:
+            try:
+                self.unwinder.add(pid)
+            except Exception as exc:
+                self.symbolizer.fail("unwind", type(exc).__name__)
 
     # -- the loop
 
@@ -93,11 +126,19 @@ class CpuProfiler:
         poll_ms = max(1, int(self.settings.poll_interval_s * 1000))
         next_export = time.monotonic() + self.settings.interval_s
         while not self._stop.is_set():
-            self.poll(poll_ms)
-            if time.monotonic() >= next_export:
-                next_export = time.monotonic() + self.settings.interval_s
-                self.export(final=False)
-                self.symbolizer.sweep()
+            try:
+                self.poll(poll_ms)
+                if time.monotonic() >= next_export:
+                    next_export = time.monotonic() + self.settings.interval_s
+                    self.export(final=False)
+                    for pid in self.symbolizer.sweep():
+                        self._seen.discard(pid)
+                        if self.unwinder is not None:
+                            self.unwinder.remove(pid)
+            except Exception as exc:  # the steps are guarded; this is the last resort
+                self.symbolizer.fail("loop", type(exc).__name__)
+                log.debug("profiler loop", exc_info=True)
+                self._stop.wait(self.settings.poll_interval_s)  # no busy loop on a fault
 
     def poll(self, timeout_ms: int) -> int:
         raws = self.sampler.poll(timeout_ms)
@@ -108,7 +149,19 @@ class CpuProfiler:
                 if self.stats is not None:
                     self.stats.add("profiles.samples_dropped")
                 continue
-            self.pending.append(self.symbolizer.stack(raw))
+            if self.unwinder is not None and raw.pid not in self._seen:
+                self._seen.add(raw.pid)  # a child of a target: its tables too
+                self._unwind(raw.pid)
+            try:
+                self.pending.append(self.symbolizer.stack(raw))
+            except Exception as exc:  # the parts are guarded in stack(); this sample only
+                self.symbolizer.fail("sample", type(exc).__name__)
+        if self.unwinder is not None:
+            try:
+                self.unwinder.apply_ready()
+                self.unwinder.tick()
+            except Exception as exc:
+                self.symbolizer.fail("unwind", type(exc).__name__)
         if self.stats is not None and raws:
             self.stats.add("profiles.samples", len(raws))
         return len(raws)
@@ -125,8 +178,9 @@ class CpuProfiler:
         for name, exporter in self.exporters.items():
             try:
                 ok = exporter.export(batch)
-            except Exception:  # one exporter's failure must not stop the others
+            except Exception as exc:  # one exporter's failure must not stop the others
                 log.exception("profile exporter %s failed", name)
+                self.symbolizer.fail("export", type(exc).__name__)
                 ok = False
             if self.stats is not None and batch.samples:
                 self.stats.add("profiles.exported" if ok else "profiles.export_failed",
@@ -138,14 +192,24 @@ class CpuProfiler:
         period = int(1e9 / self.settings.frequency)
         samples = []
         for st in stacks:
-            samples.append(ProfileSample(
-                stack=st.frames, values=(1, period),
-                resource=_scalars(self.resources(st.pid, st.comm)),
-                attributes={"thread.id": st.tid, "thread.name": st.comm},
-                link=self.spans.find(st.pid, st.tid, st.ts_ns),
-                timestamp_ns=self.to_wall(st.ts_ns)))
+            try:
+                samples.append(ProfileSample(
+                    stack=st.frames, values=(1, period),
+                    resource=self._resource(st.pid, st.comm),
+                    attributes={"thread.id": st.tid, "thread.name": st.comm},
+                    link=self.spans.find(st.pid, st.tid, st.ts_ns),
+                    timestamp_ns=self.to_wall(st.ts_ns)))
+            except Exception as exc:  # this sample only
+                self.symbolizer.fail("batch", type(exc).__name__)
         return ProfileBatch(SAMPLE_TYPES, start_ns, end_ns, samples,
                             period_type=("cpu", "nanoseconds"), period=period)
+
+    def _resource(self, pid: int, comm: str) -> dict[str, Any]:
+        try:
+            return _scalars(self.resources(pid, comm))
+        except Exception as exc:  # an unreadable /proc entry: the sample keeps its pid
+            self.symbolizer.fail("resource", type(exc).__name__)
+            return {"process.pid": pid}
 
     def kernel_counters(self) -> dict[str, int]:
         return self.sampler.kernel_counters()
@@ -162,6 +226,8 @@ class CpuProfiler:
         for exporter in self.exporters.values():
             exporter.shutdown()
         self.symbolizer.close()
+        if self.unwinder is not None:
+            self.unwinder.close()
         self.sampler.close()
 
 

@@ -73,6 +73,9 @@ def to_readable(span: NeutralSpan, resource: Resource, clock: KernelClock) -> Re
     status_code = _STATUS[span.status]
     # the SDK ignores (and warns about) a description on anything but ERROR
     description = (span.status_message or None) if status_code is ApiStatusCode.ERROR else None
+    # the start is dated by the wall clock; the end and the events keep their kernel
+    # distance from it, so a wall-clock step inside a span cannot change its duration
+    start = clock.to_wall(span.start_ns)
     return ReadableSpan(
         name=span.name,
         context=context,
@@ -80,7 +83,7 @@ def to_readable(span: NeutralSpan, resource: Resource, clock: KernelClock) -> Re
         resource=resource,
         attributes=span.attributes,
         events=[
-            Event(e.name, dict(e.attributes), clock.to_wall(e.time_ns)) for e in span.events
+            Event(e.name, dict(e.attributes), start + e.time_ns - span.start_ns) for e in span.events
         ],
         links=[
             Link(SpanContext(int.from_bytes(link.trace_id, "big"),
@@ -90,7 +93,7 @@ def to_readable(span: NeutralSpan, resource: Resource, clock: KernelClock) -> Re
         ],
         kind=_KINDS[span.kind],
         status=Status(status_code, description),
-        start_time=clock.to_wall(span.start_ns),
-        end_time=clock.to_wall(span.end_ns),
+        start_time=start,
+        end_time=start + span.end_ns - span.start_ns,
         instrumentation_scope=SCOPE,
     )

@@ -2,6 +2,9 @@
 
 Everything is read from the outside: the process's own environment (as it was at exec:
 /proc/PID/environ never shows later setenv calls), command line, executable and cgroup.
+The command line names the service; process.command_args itself is exported only when
+asked for (it is where secrets are passed; the executable already names the process),
+and then redacted.
 """
 
 from __future__ import annotations
@@ -15,42 +18,13 @@ from urllib.parse import unquote
 
 from otel_ebpf import __version__
 from otel_ebpf.protocols.base import AttributeValue
+from otel_ebpf.spans.cmdline import PY_OPTS_WITH_VALUE, PYTHON, redact_args
 
 Attributes = dict[str, AttributeValue]
 
-# python, python3, python3.11, python3.13t, pythonw...
-_PYTHON = re.compile(r"python[\d.]*[a-z]?")
-# interpreter options that take a value, the next argument or the rest of this one (-Wignore)
-_PY_OPTS_WITH_VALUE = frozenset("cmWX")
 # a container runtime names the container's cgroup after its 64-hex ID: /docker/<id>,
 # docker-<id>.scope, cri-containerd-<id>.scope, crio-<id>.scope, libpod-<id>.scope...
 _CONTAINER_ID = re.compile(r"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
-
-
-# command-line options whose value is a secret (--api-key X, --token=X, --password X...)
-_SECRET_OPTION = re.compile(r"^-{1,2}[\w.-]*(key|token|secret|passw|credential|auth)", re.I)
-# credentials inside URLs: scheme://user:password@host
-_URL_CREDENTIALS = re.compile(r"(\w+://)[^/@\s]+@")
-REDACTED = "REDACTED"
-
-
-def redact_args(args: list[str]) -> list[str]:
-    """Command-line arguments with secret values replaced: secrets never leave the host."""
-    out: list[str] = []
-    hide_next = False
-    for arg in args:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        if _SECRET_OPTION.match(arg):
-            name, eq, _ = arg.partition("=")
-            if eq:
-                arg = f"{name}={REDACTED}"
-            else:
-                hide_next = True
-        out.append(_URL_CREDENTIALS.sub(rf"\1{REDACTED}@", arg))
-    return out
 
 
 def python_service_name(args: list[str]) -> str | None:
@@ -69,7 +43,7 @@ def python_service_name(args: list[str]) -> str | None:
         elif arg.startswith("-") and arg != "-":
             # a cluster of one-letter flags; the first that takes a value ends it (-uBm mod)
             for j, flag in enumerate(arg[1:], start=1):
-                if flag in _PY_OPTS_WITH_VALUE:
+                if flag in PY_OPTS_WITH_VALUE:
                     value = arg[j + 1 :] or next(rest, "")
                     if flag == "m":
                         return value or None
@@ -114,8 +88,10 @@ class ProcessResources:
     the time its spans are exported, and then only what was cached is known.
     """
 
-    def __init__(self, proc_root: str = "/proc", max_entries: int = 4096) -> None:
+    def __init__(self, proc_root: str = "/proc", max_entries: int = 4096,
+                 command_args: bool = False) -> None:
         self._root = proc_root
+        self._command_args = command_args
         self._max = max_entries
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple[int, int], Attributes] = OrderedDict()
@@ -201,7 +177,7 @@ class ProcessResources:
         if exe:
             attrs["process.executable.path"] = exe
             attrs["process.executable.name"] = os.path.basename(exe)
-        if args:
+        if args and self._command_args:
             attrs["process.command_args"] = redact_args(args)
         if cid := container_id(self._read_bytes(pid, "cgroup").decode(errors="replace")):
             attrs["container.id"] = cid
@@ -215,6 +191,6 @@ class ProcessResources:
     @staticmethod
     def _derived_service_name(args: list[str], exe: str) -> str | None:
         names = [os.path.basename(p) for p in (exe, args[0] if args else "") if p]
-        if any(_PYTHON.fullmatch(n) for n in names):
+        if any(PYTHON.fullmatch(n) for n in names):
             return python_service_name(args)
         return names[0] if names else None

@@ -11,6 +11,8 @@ from typing import NamedTuple
 
 import httptools
 
+from otel_ebpf import _fast
+
 from ..base import (
     UNTIL_CLOSE,
     ConnInfo,
@@ -199,6 +201,23 @@ def _kept_names(carrier_names: frozenset[str]) -> frozenset[bytes]:
     return frozenset(name.encode("latin-1") for name in FRAMING_HEADERS | carrier_names)
 
 
+@functools.lru_cache(maxsize=16)
+def _fast_kept(carrier_names: frozenset[str]) -> dict[bytes, tuple[str, int]]:
+    """What otel_ebpf/_fast/http1.c keeps of a head: lower-case name -> (name, what it
+    is). Secrets are left out here, as _Head.on_header drops them; a head with
+    Transfer-Encoding or Upgrade is left to llhttp (K_FALLBACK)."""
+    fast = _fast.http1
+    roles = {"host": fast.K_HOST, "user-agent": fast.K_UA, "content-type": fast.K_CTYPE,
+             "content-length": fast.K_CLEN, "transfer-encoding": fast.K_FALLBACK,
+             "upgrade": fast.K_FALLBACK}
+    kept: dict[bytes, tuple[str, int]] = {}
+    for name in FRAMING_HEADERS | carrier_names:
+        if not is_secret(name):
+            flags = roles.get(name, 0) | (fast.K_CARRIER if name in carrier_names else 0)
+            kept[name.encode("latin-1")] = (name, flags)
+    return kept
+
+
 class HTTP1State(ParserState):
     """Per connection: a stream per direction and the requests still waiting for a response."""
 
@@ -206,6 +225,7 @@ class HTTP1State(ParserState):
         "answered",
         "carrier_names",
         "closed",
+        "fast_kept",
         "kept_headers",
         "layers",
         "next_index",
@@ -224,6 +244,9 @@ class HTTP1State(ParserState):
         self.layers = layers
         # the (lower-case, bytes) names a head's parse keeps; None: every non-secret one
         self.kept_headers = None if capture_headers else _kept_names(carrier_names)
+        # the same, for the compiled head parser (None: llhttp parses every head)
+        self.fast_kept = (None if capture_headers or _fast.http1 is None
+                          else _fast_kept(carrier_names))
         # a client writes its requests, a server reads them
         self.requests = Direction.INGRESS if conn.role == Role.SERVER else Direction.EGRESS
         self.streams = (_Stream(), _Stream())
@@ -339,23 +362,35 @@ def _transfer(head: _Head) -> tuple[Body | None, int]:
 
 
 def _request_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) -> Step:
-    span = _head_span(buf, _ANY_REQUEST_LINE, _ANY_REQUEST_CUT)
-    if span is INVALID and state.switch_pending:
-        # the new protocol, seen before the answer that allowed it
-        s.size += len(buf)
-        return NEED, None, len(buf)
-    if not isinstance(span, tuple):
-        return span, None, 0
-    start, end = span
-    read = _read_head(httptools.HttpRequestParser, buf[start:end], state.kept_headers)
-    if read is None:
-        return INVALID, None, 0
-    head, parser = read
-    body, length = _transfer(head)
-    if body is Body.UNTIL_CLOSE:
-        return INVALID, None, 0  # a request body is never delimited by the close (RFC 9112 §6.3)
-    method = parser.get_method().decode("ascii", "replace")
-    target = head.url.decode("latin-1")
+    fast = state.fast_kept is not None and _fast.http1.head(buf, True, state.fast_kept)
+    if fast:  # a plain head, parsed in C (otel_ebpf/_fast/http1.c): what llhttp would say
+        _, end, method, target, version, carrier, host, agent, ctype, clen = fast
+        body, length = (Body.LENGTH, clen) if clen >= 0 else (None, 0)
+        fields = {"carrier": carrier, "version": version, "headers": {}, "host": host,
+                  "user_agent": agent, "content_type": ctype, "upgrade": ""}
+        switch = False  # no Upgrade header, no CONNECT: those heads are llhttp's
+    else:
+        span = _head_span(buf, _ANY_REQUEST_LINE, _ANY_REQUEST_CUT)
+        if span is INVALID and state.switch_pending:
+            # the new protocol, seen before the answer that allowed it
+            s.size += len(buf)
+            return NEED, None, len(buf)
+        if not isinstance(span, tuple):
+            return span, None, 0
+        start, end = span
+        read = _read_head(httptools.HttpRequestParser, buf[start:end], state.kept_headers)
+        if read is None:
+            return INVALID, None, 0
+        head, parser = read
+        body, length = _transfer(head)
+        if body is Body.UNTIL_CLOSE:
+            # a request body is never delimited by the close (RFC 9112 §6.3)
+            return INVALID, None, 0
+        method = parser.get_method().decode("ascii", "replace")
+        target = head.url.decode("latin-1")
+        fields = _message_fields(head, parser.get_http_version(), capture_headers,
+                                 state.carrier_names)
+        switch = parser.should_upgrade()  # Upgrade + Connection: upgrade, or CONNECT
     layer = first_wanting(state.layers, method, target) if state.layers else None
     request = HTTPRequest(
         direction=state.requests,
@@ -364,11 +399,9 @@ def _request_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) -> 
         layer=layer,
         body=None if layer is None else BodyCapture(limit=layer.body_limit),
         index=state.next_index,
-        **_message_fields(head, parser.get_http_version(), capture_headers,
-                          state.carrier_names),
+        **fields,
     )
     state.next_index += 1
-    switch = parser.should_upgrade()  # Upgrade + Connection: upgrade, or CONNECT
     if len(state.sent) >= SENT_LIMIT:
         state.sent.popleft()
     state.sent.append(Sent(request.index, method, switch, layer))
@@ -386,15 +419,26 @@ def _response_body(status: int, method: str, declared: Body | None) -> Body:
 
 
 def _response_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) -> Step:
-    span = _head_span(buf, _ANY_STATUS_LINE, _ANY_STATUS_CUT)
-    if not isinstance(span, tuple):
-        return span, None, 0
-    start, end = span
-    read = _read_head(httptools.HttpResponseParser, buf[start:end], state.kept_headers)
-    if read is None:
-        return INVALID, None, 0
-    head, parser = read
-    status = parser.get_status_code()
+    fast = state.fast_kept is not None and _fast.http1.head(buf, False, state.fast_kept)
+    if fast:  # a plain head, parsed in C (otel_ebpf/_fast/http1.c): what llhttp would say
+        _, end, status, reason, version, carrier, host, agent, ctype, clen = fast
+        declared, length = (Body.LENGTH, clen) if clen >= 0 else (None, 0)
+        fields = {"carrier": carrier, "version": version, "headers": {}, "host": host,
+                  "user_agent": agent, "content_type": ctype, "upgrade": ""}
+    else:
+        span = _head_span(buf, _ANY_STATUS_LINE, _ANY_STATUS_CUT)
+        if not isinstance(span, tuple):
+            return span, None, 0
+        start, end = span
+        read = _read_head(httptools.HttpResponseParser, buf[start:end], state.kept_headers)
+        if read is None:
+            return INVALID, None, 0
+        head, parser = read
+        status = parser.get_status_code()
+        reason = head.reason.decode("latin-1")
+        declared, length = _transfer(head)
+        fields = _message_fields(head, parser.get_http_version(), capture_headers,
+                                 state.carrier_names)
     if 100 <= status < 200 and status != 101:
         # interim (100 Continue, 103 Early Hints): part of the exchange, the answer follows
         s.interim += (status,)
@@ -404,19 +448,17 @@ def _response_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) ->
     state.answered = max(state.answered, sent.index)
     if state.switch_pending:  # rare: only then can the answer have changed it
         state.switch_pending = any(r.switch for r in state.sent)
-    declared, length = _transfer(head)
     body = _response_body(status, sent.method, declared)
     response = HTTPResponse(
         direction=state.requests.opposite,
         status=status,
-        reason=head.reason.decode("latin-1"),
+        reason=reason,
         index=sent.index,
         interim=s.interim,
         upgraded=body is Body.TUNNEL,
         layer=sent.layer,
         body=None if sent.layer is None else BodyCapture(limit=sent.layer.body_limit),
-        **_message_fields(head, parser.get_http_version(), capture_headers,
-                          state.carrier_names),
+        **fields,
     )
     state.tunnel = body is Body.TUNNEL
     return _start_body(s, response, end, body, length)

@@ -18,11 +18,21 @@ import pytest
 import yaml
 
 from tests.support.processes import stop_process
-from tests.support.rotel import free_port
+from tests.support.ports import free_port
+from tests.support.wallclock import start_watch
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 REQUIRE_BPF = os.environ.get("OTEL_EBPF_REQUIRE_BPF") == "1"
+# HTTP servers' keep-alive idle timeout for the peers tests start: longer than any test may
+# run (pytest's timeout, pyproject.toml), so a connection a test holds open while an agent
+# starts is never closed under it. uvicorn's default, 5 s, is shorter than an agent's
+# start on a busy machine: the connection test_agent_restart keeps across two agents died.
+KEEP_ALIVE_S = 3600
+# An agent's start attaches uprobes to the libraries of every running Python and OpenSSL
+# user on the host, seconds each when the machine is loaded (70 s seen with 2 cores shared
+# by several test runs): the bound for "otel-ebpf ready" is generous, the wait ends on it.
+AGENT_START_TIMEOUT_S = 180.0
 
 
 def require_kernel() -> None:
@@ -173,7 +183,7 @@ class AgentRun:
                 self.exit_code = self.proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.exit_code = self.proc.wait(5)
+                self.exit_code = self.proc.wait(30)  # SIGKILL waits for uprobe teardown
             self.stopped = True
         return self.exit_code  # type: ignore[return-value]
 
@@ -219,8 +229,10 @@ def agent_config(traces: Path, ports: list[int], exporters: dict | None = None,
 @pytest.fixture
 def start_agent(tmp_path: Path) -> Iterator[Callable[..., AgentRun]]:
     runs: list[AgentRun] = []
+    start_watch()  # span times are checked against how far the wall clock moves from here
 
-    def start(ports: list[int], exporters: dict | None = None, timeout_s: float = 60.0,
+    def start(ports: list[int], exporters: dict | None = None,
+              timeout_s: float = AGENT_START_TIMEOUT_S,
               response_timeout: str = "5s", targets: dict | None = None,
               overrides: dict | None = None) -> AgentRun:
         require_kernel()
@@ -257,7 +269,8 @@ def uvicorn_server(tmp_path: Path) -> Iterator[int]:
     log = log_path.open("w")
     proc = subprocess.Popen(
         [str(VENV_BIN / "uvicorn"), "tests.integration.peers.http_app:app",
-         "--host", "127.0.0.1", "--port", str(port), "--no-access-log"],
+         "--host", "127.0.0.1", "--port", str(port), "--no-access-log",
+         "--timeout-keep-alive", str(KEEP_ALIVE_S)],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
         env={**os.environ, "OTEL_SERVICE_NAME": "test-http-app"},
     )

@@ -19,6 +19,12 @@ from .conftest import REPO
 
 pytestmark = pytest.mark.kernel
 
+SERVER, CLIENT = 2, 3
+
+
+def _on(spans, path: str) -> list:
+    return [s for s in spans if s.attrs.get("url.path") == path]
+
 
 def _bpf_objects_of(pid: int) -> dict[str, set[int]]:
     """IDs of the BPF programs and maps a process holds, from its files' fdinfo."""
@@ -59,9 +65,8 @@ def test_kill_9_leaves_nothing_and_a_new_agent_resyncs(start_agent, uvicorn_serv
 
         first = start_agent([port])
         get("/items/first-agent")
-        spans = first.wait_for(lambda s: sum(x.attrs.get("url.path") == "/items/first-agent"
-                                             for x in s) >= 2)
-        assert sum(s.attrs.get("url.path") == "/items/first-agent" for s in spans) >= 2
+        spans = first.wait_for(lambda s: len(_on(s, "/items/first-agent")) >= 2)
+        assert sorted(s.kind for s in _on(spans, "/items/first-agent")) == [SERVER, CLIENT]
         held = _bpf_objects_of(first.proc.pid)
         assert held["prog"] and held["map"], held
 
@@ -82,18 +87,20 @@ def test_kill_9_leaves_nothing_and_a_new_agent_resyncs(start_agent, uvicorn_serv
 
         second = start_agent([port])
         get("/items/second-agent")
-        spans = second.wait_for(lambda s: {x.kind for x in s
-                                           if x.attrs.get("url.path") == "/items/second-agent"}
-                                >= {2, 3})
-        mine = [s for s in spans if s.attrs.get("url.path") == "/items/second-agent"]
-        assert {s.kind for s in mine} >= {2, 3}, [(s.name, s.kind, s.attrs) for s in spans]
+        spans = second.wait_for(lambda s: {x.kind for x in _on(s, "/items/second-agent")}
+                                == {SERVER, CLIENT})
+        mine = _on(spans, "/items/second-agent")
+        assert sorted(s.kind for s in mine) == [SERVER, CLIENT], [
+            (s.name, s.kind, s.attrs) for s in spans]
         # the same connection the first agent saw: the client's port did not change
-        client_side = next(s for s in mine if s.kind == 3)
-        server_side = next(s for s in mine if s.kind == 2)
+        (client_side,) = [s for s in mine if s.kind == CLIENT]
+        (server_side,) = [s for s in mine if s.kind == SERVER]
         assert server_side.attrs["client.port"] == local_port
         assert client_side.attrs["server.port"] == port
         assert second.stop() == 0
         assert "Traceback" not in second.stderr
+        # the request made while no agent ran was seen by neither
+        assert not _on(first.spans() + second.spans(), "/items/no-agent")
     finally:
         client.stdin.close()
         stop_process(client)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.ports import free_port
 from tests.support.processes import stop_process
-from tests.support.rotel import free_port
 
 from .conftest import REPO, read_metrics, wait_port
 

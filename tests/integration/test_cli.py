@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -85,6 +87,43 @@ def test_check_reports_every_feature():
         assert feature in proc.stdout, feature
 
 
+def test_check_probes_the_helpers_each_feature_needs():
+    """bpf_loop (Linux 5.17) for CPU profiles and GPU memory, probed for real (6.x here)."""
+    require_kernel()
+    proc = run("check", env={"COLUMNS": "400"}, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {line.split("│")[1].strip(): line for line in proc.stdout.splitlines()
+            if line.startswith("│ kernel: ")}
+    assert list(rows) == ["kernel: socket capture (traces, metrics)",
+                          "kernel: TLS (OpenSSL uprobes)", "kernel: CPU profiles",
+                          "kernel: GPU memory (CUDA uprobes)", "kernel: RDMA and NCCL (uprobes)"]
+    assert "bpf_loop in perf_event programs (Linux 5.17+): yes" in rows["kernel: CPU profiles"]
+    assert "bpf_loop in uprobe programs (Linux 5.17+): yes" in rows[
+        "kernel: GPU memory (CUDA uprobes)"]
+    assert "bpf_ringbuf_reserve in tracepoint programs (Linux 5.8+): yes" in rows[
+        "kernel: socket capture (traces, metrics)"]
+    for row in rows.values():
+        assert "│ ok " in row, row
+
+
+def test_helper_probe_tells_a_helper_the_kernel_lacks():
+    """The probe can say no: a helper id no kernel has is refused by this one's verifier."""
+    require_kernel()
+    from otel_ebpf.kernel.features import FEATURE_NEEDS, Need, probe
+
+    assert probe(Need("unknown#4000", 4000, "perf_event", 7, "never")) is False
+    assert all(probe(n) is True for needs in FEATURE_NEEDS.values() for n in needs)
+
+
+def test_check_lists_the_installed_parsers_and_layers():
+    """The names receivers.ebpf.protocols.enabled takes, as config/default.yaml says."""
+    proc = run("check", env={"COLUMNS": "400"}, timeout=120)
+    rows = {line.split("│")[1].strip(): line for line in proc.stdout.splitlines()
+            if line.count("│") >= 3}
+    assert all(name in rows["protocol parsers"] for name in ("http1", "http2", "rtps")), proc.stdout
+    assert all(name in rows["layers over HTTP"] for name in ("llm", "vectordb")), proc.stdout
+
+
 def test_check_without_privileges_fails():
     if os.geteuid() != 0:
         pytest.skip("needs root to drop capabilities from")
@@ -158,3 +197,45 @@ def test_invalid_config_exits_2_with_path_and_expected_form(tmp_path, body, path
     flat = " ".join(proc.stderr.split())  # the console wraps long lines
     assert path in flat and expected in flat, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+BAD_VALUES = [
+    ("receivers: {ebpf: {protocols: {enabled: [http1, grpc]}}}\n",
+     "receivers.ebpf.protocols.enabled[1]",
+     "expected an installed protocol: http1, http2, llm, rtps, vectordb, got 'grpc'"),
+    ("receivers: {ebpf: {protocols: {llm: {provider: 7}}}}\n",
+     "receivers.ebpf.protocols.llm.provider", "expected a non-empty string, got 7"),
+    ("receivers: {ebpf: {protocols: {vectordb: {system: mongo}}}}\n",
+     "receivers.ebpf.protocols.vectordb.system",
+     "expected one of ['chroma', 'qdrant', 'weaviate', 'milvus'], got 'mongo'"),
+    ("exporters: {otlp: {endpoint: 'c:4317', tls: {ca_file: /nonexistent/ca.pem}}}\n"
+     "service: {pipelines: {traces: {receivers: [ebpf], exporters: [otlp]}}}\n",
+     "exporters.otlp.tls.ca_file",
+     "expected a readable file, got '/nonexistent/ca.pem' (No such file or directory)"),
+]
+
+
+@pytest.mark.parametrize("user", ["root", "nobody"])
+@pytest.mark.parametrize(("body", "path", "message"), BAD_VALUES,
+                         ids=["unknown-protocol", "layer-option", "layer-choice", "tls-file"])
+def test_invalid_values_exit_2_before_the_privilege_check(user, body, path, message):
+    """Config errors that only the agent used to find (after the privilege check: exit 1
+    unprivileged, a quoted KeyError for an unknown protocol) are found at load time."""
+    prefix = _as_nobody() if user == "nobody" else []
+    with tempfile.TemporaryDirectory(prefix="otel-ebpf-cli-") as where:  # pytest's is 0700
+        cfg = Path(where) / "bad.yaml"
+        cfg.write_text(body)
+        os.chmod(where, 0o755)
+        cfg.chmod(0o644)
+        proc = run("run", "-c", str(cfg), prefix=prefix, env={"HOME": "/tmp", "COLUMNS": "400"})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == f"otel-ebpf: config error at {path}: {message}"
+
+
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_bad_protocol_option_from_the_environment_exits_2_naming_it(user):
+    var = "OTEL_EBPF_RECEIVERS_EBPF_PROTOCOLS_RTPS_MAX_WAITING"
+    prefix = _as_nobody() if user == "nobody" else []
+    proc = run("run", prefix=prefix, env={"HOME": "/tmp", "COLUMNS": "400", var: "0"})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == f"otel-ebpf: config error at {var}: expected at least 1, got 0"

@@ -145,7 +145,8 @@ def test_uprobes_pair_frees_and_capture_stacks(built, tracer):
                    for name in ("launch_forward", "launch_backward")}
         assert by_site == {"launch_forward": 5, "launch_backward": 3}
         counters = tracer.kernel_counters()
-        assert counters["failed_calls"] >= 1 and counters["ringbuf_drops"] == 0
+        # gpu_app makes one failing call (the 1 TiB cuMemAlloc_v2), counted, not recorded
+        assert counters["failed_calls"] == 1 and counters["ringbuf_drops"] == 0
         app.go()
         rest = poll_until(tracer, 3)
         assert sorted(e.dptr for e in rest if type(e) is GpuFree) == sorted(

@@ -4,11 +4,14 @@ SERVER span with the right attributes, inside the wall time the client measured.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 import uuid
 
 import pytest
+
+from tests.support.wallclock import slack_ns
 
 from .conftest import Span, read_metrics, run_client
 
@@ -16,6 +19,11 @@ pytestmark = pytest.mark.kernel
 
 SERVER, CLIENT = 2, 3
 CLOCK_SLACK_NS = 200_000  # kernel-monotonic to wall-clock conversion error allowance
+
+
+def slack() -> int:
+    """The allowance plus what the host moved the wall clock during the test."""
+    return slack_ns(CLOCK_SLACK_NS)
 
 
 def unique(prefix: str) -> str:
@@ -33,7 +41,9 @@ def have_pairs(paths: list[str]):
 
 
 def check_request(spans: list[Span], timing: dict, port: int, method: str = "GET",
-                  status: int = 200) -> tuple[Span, Span]:
+                  status: int = 200, joined: bool = True) -> tuple[Span, Span]:
+    """The request's one CLIENT and one SERVER span, checked; `joined`: the SERVER span
+    must be the CLIENT span's child (else it may be a root, never another's child)."""
     path = timing["path"]
     clients, servers = spans_for(spans, path, CLIENT), spans_for(spans, path, SERVER)
     assert len(clients) == 1, f"{path}: {len(clients)} client spans"
@@ -47,14 +57,18 @@ def check_request(spans: list[Span], timing: dict, port: int, method: str = "GET
         assert span.attrs["network.peer.address"] == "127.0.0.1"
         assert span.attrs["network.protocol.version"] == "1.1"
         assert span.start <= span.end
-        assert timing["t0"] - CLOCK_SLACK_NS <= span.start, (path, span)
-        assert span.end <= timing["t1"] + CLOCK_SLACK_NS, (path, span)
+        assert timing["t0"] - slack() <= span.start, (path, span)
+        assert span.end <= timing["t1"] + slack(), (path, span)
     assert client.attrs["network.peer.port"] == port
     assert server.attrs["client.address"] == "127.0.0.1"
     assert server.attrs["network.peer.port"] == server.attrs["client.port"]
     assert server.resource["service.name"] == "test-http-app"
     # the server handled the request inside the client's wait for it
-    assert client.start <= server.start and server.end <= client.end + CLOCK_SLACK_NS
+    assert client.start <= server.start and server.end <= client.end + slack()
+    # and the two are one exchange: the SERVER span is the CLIENT span's child
+    if joined or server.parent_span_id:
+        assert server.trace_id == client.trace_id, (path, client, server)
+        assert server.parent_span_id == client.span_id, (path, client, server)
     return client, server
 
 
@@ -116,14 +130,22 @@ def test_curl_and_error_statuses(start_agent, uvicorn_server):
 def test_pipelined_requests(start_agent, uvicorn_server):
     port = uvicorn_server
     agent = start_agent([port])
-    paths = [unique("items") for _ in range(3)]
+    # ids of different lengths: each answer ({"id": ..., "ok": true}) has a size of its own,
+    # so a response paired with another request shows in the spans' body sizes
+    ids = [uuid.uuid4().hex[:4 + 6 * i] for i in range(3)]
+    paths = [f"/items/{item_id}" for item_id in ids]
     timings = run_client("pipelined", port, paths)
     spans = agent.wait_for(have_pairs(paths))
-    for t in timings:
-        check_request(spans, t, port)
-    # request n paired with response n: each span's response is its own item's
-    servers = [spans_for(spans, p, SERVER)[0] for p in paths]
+    servers = []
+    for t, item_id in zip(timings, ids, strict=True):
+        assert json.loads(t["body"]) == {"id": item_id, "ok": True}  # what the client read
+        client, server = check_request(spans, t, port)  # one pair, parent and trace ids
+        for span in (client, server):  # request n paired with response n, by content
+            assert span.attrs["http.response.body.size"] == len(t["body"].encode()), (t, span)
+        servers.append(server)
+    # in order, on one connection
     assert [s.start for s in servers] == sorted(s.start for s in servers)
+    assert len({s.attrs["client.port"] for s in servers}) == 1
 
 
 def test_chunked_streaming_response(start_agent, uvicorn_server):

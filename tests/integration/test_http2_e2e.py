@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.processes import stop_process
+from tests.support.wallclock import slack_ns
 
 from .conftest import REPO, Span, free_port, wait_port
 
@@ -22,6 +23,11 @@ pytestmark = pytest.mark.kernel
 
 SERVER, CLIENT = 2, 3
 CLOCK_SLACK_NS = 200_000  # kernel-monotonic to wall-clock conversion error allowance
+
+
+def slack() -> int:
+    """The allowance plus what the host moved the wall clock during the test."""
+    return slack_ns(CLOCK_SLACK_NS)
 GRPC_PEER = [sys.executable, "-m", "tests.integration.peers.grpc_peer"]
 H2_PEER = [sys.executable, "-m", "tests.integration.peers.h2_app"]
 
@@ -56,7 +62,7 @@ def grpc_calls(port: int, *calls: str) -> list[dict]:
 def in_window(spans: list[Span], call: dict, kind: int) -> list[Span]:
     """Spans of one kind that lie within a call's wall-clock window."""
     return [s for s in spans if s.kind == kind and s.attrs.get("rpc.system.name") == "grpc"
-            and call["t0"] - CLOCK_SLACK_NS <= s.start and s.end <= call["t1"] + CLOCK_SLACK_NS]
+            and call["t0"] - slack() <= s.start and s.end <= call["t1"] + slack()]
 
 
 def by_method(spans: list[Span], method: str, kind: int) -> list[Span]:
@@ -86,8 +92,8 @@ def check_call(spans: list[Span], call: dict, port: int) -> tuple[Span, Span]:
     assert client.attrs["network.peer.port"] == port
     assert server.attrs["client.port"] == server.attrs["network.peer.port"]
     # the server handled the call inside the client's wait for it
-    assert client.start <= server.start + CLOCK_SLACK_NS
-    assert server.end <= client.end + CLOCK_SLACK_NS
+    assert client.start <= server.start + slack()
+    assert server.end <= client.end + slack()
     # one trace: the server span's parent is the client span (same TCP sequence number)
     assert server.trace_id == client.trace_id and server.parent_span_id == client.span_id
     return client, server
@@ -162,8 +168,8 @@ def test_capture_begins_on_a_channel_in_use(start_agent, grpc_server, tmp_path):
     spans = agent.spans()
     for call in calls:
         method = call["method"].lstrip("/")
-        window = [s for s in spans if call["t0"] - CLOCK_SLACK_NS <= s.start
-                  and s.end <= call["t1"] + CLOCK_SLACK_NS]
+        window = [s for s in spans if call["t0"] - slack() <= s.start
+                  and s.end <= call["t1"] + slack()]
         # the connection was claimed on its first header block: every call has its spans
         clients, servers = in_window(spans, call, CLIENT), in_window(spans, call, SERVER)
         assert len(clients) == 1 and len(servers) == 1, (call, window)
@@ -209,12 +215,12 @@ def test_plain_http2_with_httpx_and_hypercorn(start_agent, h2_server):
             assert span.attrs["network.protocol.version"] == "2"
             assert span.attrs["server.port"] == port
             assert "rpc.system.name" not in span.attrs
-            assert t["t0"] - CLOCK_SLACK_NS <= span.start <= span.end <= t["t1"] + CLOCK_SLACK_NS
+            assert t["t0"] - slack() <= span.start <= span.end <= t["t1"] + slack()
         assert client.attrs["url.full"] == f"http://127.0.0.1:{port}{t['path']}"
         assert client.attrs["user_agent.original"].startswith("python-httpx/")
         assert server.resource["service.name"] == "test-h2-server"
-        assert client.start <= server.start + CLOCK_SLACK_NS
-        assert server.end <= client.end + CLOCK_SLACK_NS
+        assert client.start <= server.start + slack()
+        assert server.end <= client.end + slack()
         assert server.trace_id == client.trace_id and server.parent_span_id == client.span_id
         if method == "POST":
             assert client.attrs["http.request.body.size"] == 100

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.support.rotel import free_port
+from tests.support.ports import free_port
 
 from .conftest import REPO, run_client, wait_port
 

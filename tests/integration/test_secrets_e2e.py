@@ -1,8 +1,9 @@
 """Planted secrets never reach an exporter: Authorization, Proxy-Authorization, Cookie,
 Set-Cookie, *api-key* and *token* headers in HTTP/1, HTTP/2 and gRPC metadata, secret and
 configured query values, and bodies. Headers are captured as attributes (the worst case),
-and every byte exported (OTLP/JSON file, the debug console, a real OTLP receiver, the
-agent's log) is searched for the secrets."""
+and every byte exported (OTLP/JSON file, stdout, stderr where the debug console and the
+agent's log write, a real OTLP receiver) is searched for the secrets; each place searched
+is shown to hold the spans, so the search cannot pass on an empty text."""
 
 from __future__ import annotations
 
@@ -80,15 +81,21 @@ def test_no_planted_secret_is_exported(start_agent, servers, tmp_path):
 
     exported = {
         "OTLP/JSON file": agent.traces.read_text(),
-        "debug console": agent.extra["stdout"].read_text(errors="replace"),
+        "stdout": agent.extra["stdout"].read_text(errors="replace"),
+        # the debug exporter prints to stderr, with the agent's log
+        "stderr (debug console, agent log)": agent.stderr,
         "rotel (OTLP/gRPC)": collector.output(),
-        "agent log": agent.stderr,
     }
     for where, text in exported.items():
         assert MARKER not in text, (where, text[max(0, text.find(MARKER) - 300):][:600])
-    # the search means something: headers and queries were exported, minus their secrets
+    # the search means something: headers and queries were exported, minus their secrets,
+    # to the file, the receiver and the debug console (with the log: stderr)
+    for where in ("OTLP/JSON file", "stderr (debug console, agent log)", "rotel (OTLP/gRPC)"):
+        text = exported[where]
+        assert VISIBLE["x-visible"] in text and rpc in text and "session=REDACTED" in text, where
+    assert "otel-ebpf ready" in exported["stderr (debug console, agent log)"]
     file_text = exported["OTLP/JSON file"]
-    assert VISIBLE["x-visible"] in file_text and VISIBLE["x-visible"] in exported["rotel (OTLP/gRPC)"]
+    assert VISIBLE["x-visible"] in file_text
     assert "VISIBLE-query-value" in file_text
     assert "api_key=REDACTED" in file_text and "session=REDACTED" in file_text
     for proto in ("1.1", "2"):  # each protocol's headers reached the span (and no secret)
@@ -97,5 +104,5 @@ def test_no_planted_secret_is_exported(start_agent, servers, tmp_path):
     assert any(VISIBLE["x-visible"] in str(s.attrs) for s in spans if s.name == rpc)
     for span in spans:
         if span.attrs.get("url.path") == PATH:
-            assert span.attrs["url.query"] == \
-                "q=VISIBLE-query-value&api_key=REDACTED&session=REDACTED"
+            assert span.attrs["url.query"] == ("q=VISIBLE-query-value&api_key=REDACTED"
+                                               "&session=REDACTED&password=REDACTED&key=REDACTED")

@@ -15,10 +15,11 @@ import pytest
 import trustme
 
 from tests.support.openai_server import openai_server
+from tests.support.ports import free_port
 from tests.support.processes import stop_process
-from tests.support.rotel import free_port
 
-from .conftest import REPO, VENV_BIN, Span, read_metrics, run_client, wait_port
+from .conftest import (KEEP_ALIVE_S, REPO, VENV_BIN, Span, read_metrics, run_client,
+                       wait_port)
 from .test_http1_e2e import CLIENT, SERVER, check_request, have_pairs, spans_for
 from .test_llm_e2e import FIRST_TOKEN_S, TOKEN_INTERVAL_S, both_sides, spans_of, within
 
@@ -53,7 +54,7 @@ def https_server(tmp_path, certs):
     proc = subprocess.Popen(
         [str(VENV_BIN / "uvicorn"), "tests.integration.peers.http_app:app", "--host",
          "127.0.0.1", "--port", str(port), "--no-access-log", "--ssl-certfile", str(cert),
-         "--ssl-keyfile", str(key)],
+         "--ssl-keyfile", str(key), "--timeout-keep-alive", str(KEEP_ALIVE_S)],
         cwd=REPO, stdout=log_path.open("w"), stderr=subprocess.STDOUT,
         env={**os.environ, "OTEL_SERVICE_NAME": "test-http-app"},
     )
@@ -68,8 +69,13 @@ def unique(prefix: str) -> str:
     return f"/{prefix}/{uuid.uuid4().hex[:12]}"
 
 
-def check_https(spans: list[Span], timing: dict, port: int, method: str = "GET") -> None:
-    client, server = check_request(spans, timing, port, method=method)
+def check_https(spans: list[Span], timing: dict, port: int, method: str = "GET",
+                joined: bool = False) -> None:
+    # The first request of a TLS connection is at times left unjoined (its SERVER span a
+    # root, seen with requests and httpx), likely because OpenSSL read it along with the
+    # handshake's last bytes: no syscall inside SSL_read gives its TCP sequence number.
+    # Never joined wrongly; the later requests of a connection always joined.
+    client, server = check_request(spans, timing, port, method=method, joined=joined)
     for span in (client, server):
         assert span.attrs["url.scheme"] == "https"
     assert client.attrs["url.full"] == f"https://127.0.0.1:{port}{timing['path']}"
@@ -85,8 +91,9 @@ def test_python_clients_over_https(start_agent, https_server, certs, kind):
     timings = run_client(kind, port, paths, scheme="https", env=trusting(certs[2]))
     assert all(t["status"] == 200 for t in timings)
     spans = agent.wait_for(have_pairs(paths))
-    for t in timings:
-        check_https(spans, t, port, method="POST" if t["path"].startswith("/echo") else "GET")
+    for i, t in enumerate(timings):  # one keep-alive connection: all but the first joined
+        check_https(spans, t, port, method="POST" if t["path"].startswith("/echo") else "GET",
+                    joined=i > 0)
     # no span from the ciphertext: every span of the port is one of ours
     ours = set(paths)
     assert all(s.attrs.get("url.path") in ours for s in spans if s.kind in (CLIENT, SERVER))
@@ -148,12 +155,25 @@ def static_clients(tmp_path_factory) -> tuple[Path, Path]:
     return built, stripped
 
 
-def run_static(binary: Path, port: int, path: str, ca: Path) -> dict:
-    t0 = time.time_ns()
-    out = subprocess.run([str(binary), str(port), path, str(ca), "1500"],
-                         capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("HTTP/1.1 200"), out.stdout
+def run_static(binary: Path, port: int, path: str, ca: Path, agent, said: str) -> dict:
+    """Start the C client, let it make its request once the agent's log says `said` (its
+    probes on the new executable are in place, or it found it cannot place them)."""
+    proc = subprocess.Popen([str(binary), str(port), path, str(ca)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while said not in agent.stderr:
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, f"agent never said {said!r}:\n{agent.stderr}"
+            time.sleep(0.1)
+        t0 = time.time_ns()
+        out, err = proc.communicate("go\n", timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+    assert proc.returncode == 0, err
+    assert out.startswith("HTTP/1.1 200"), out
     return {"path": path, "t0": t0, "t1": time.time_ns()}
 
 
@@ -162,7 +182,8 @@ def test_openssl_linked_into_an_executable_is_probed_there(start_agent, https_se
     port = https_server
     agent = start_agent([port])
     path = unique("items")
-    timing = run_static(static_clients[0], port, path, certs[2])
+    timing = run_static(static_clients[0], port, path, certs[2], agent,
+                        f"probes attached to {static_clients[0]}")
     spans = agent.wait_for(have_pairs([path]))
     check_https(spans, timing, port)
     (client,) = spans_for(spans, path, CLIENT)
@@ -175,7 +196,8 @@ def test_stripped_static_openssl_is_reported_not_covered(start_agent, https_serv
     port = https_server
     agent = start_agent([port])
     path = unique("items")
-    run_static(static_clients[1], port, path, certs[2])
+    run_static(static_clients[1], port, path, certs[2], agent,
+               f"TLS in {static_clients[1]} not covered")
     # the server's side is read from its libssl; the client's cannot be, and says so
     spans = agent.wait_for(lambda s: spans_for(s, path, SERVER))
     assert spans_for(spans, path, SERVER) and not spans_for(spans, path, CLIENT)

@@ -1,4 +1,4 @@
-"""Test helpers shared by unit and kernel tests: free ports, and a real OTLP receiver
+"""Test helpers shared by unit and kernel tests: a real OTLP receiver
 (rotel's collector binary from PyPI) whose debug output the tests read."""
 
 import os
@@ -6,21 +6,22 @@ import socket
 import subprocess
 import time
 
-import pytest
+from tests.support.ports import free_port  # noqa: F401 (its users import it from here too)
 
-rotel = pytest.importorskip("rotel")
+# rotel is a declared test dependency (pyproject's `test` extra, installed by `make
+# install`): without it the tests that need a real OTLP receiver fail, never skip
+try:
+    import rotel
+except ImportError as exc:
+    raise ImportError("the rotel package (an OTLP receiver for the tests) is missing: "
+                      "run `make install`, or `.venv/bin/pip install -e '.[test]'`") from exc
 ROTEL_AGENT = os.path.join(os.path.dirname(rotel.__file__), "rotel-agent")
 if not os.access(ROTEL_AGENT, os.X_OK):
-    pytest.skip("rotel-agent binary not found", allow_module_level=True)
+    raise ImportError(f"rotel's collector binary {ROTEL_AGENT} is missing or not executable: "
+                      "reinstall rotel (`make install`)")
 
 START_TIMEOUT_S = 15.0
 SEEN_TIMEOUT_S = 20.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_listening(port: int, proc: subprocess.Popen, deadline: float) -> None:

@@ -64,13 +64,14 @@ def test_default_values():
     assert r.protocols_enabled == ("http1", "http2", "rtps", "llm", "vectordb")
     assert r.protocol_options == {
         "http1": {"response_timeout_s": 30.0, "capture_headers": False},
+        "http2": {"response_timeout_s": 30.0, "capture_headers": False, "max_streams": 1024},
         "llm": {"capture_content": False, "max_content_bytes": 4096, "body_limit": 1 << 20},
     }
     assert (r.capture_llm_max_bytes, r.capture_llm_tail_bytes) == (16384, 4096)
     assert c.processors == Processors(512, 1.0, 16384) == Processors()
     assert c.telemetry == Telemetry("info", 10.0) == Telemetry()
     assert {n: (e.type, e.settings) for n, e in c.exporters.items()} == {
-        "debug": ("debug", {"verbosity": "basic"}),
+        "debug": ("debug", {"verbosity": "normal"}),
         "file": ("file", {"path": "./otel-ebpf-traces.jsonl"}),
         # OTEL_EXPORTER_OTLP_ENDPOINT unset: disabled; the rest is left to the SDK
         "otlp": ("otlp", {"endpoint": ""}),
@@ -132,7 +133,16 @@ def test_empty_file_and_null_sections_are_defaults():
     assert parse("receivers:\n  ebpf:\nexporters:\nservice:\n") == load_config(None, {})
 
 
-def test_values_and_conversions():
+@pytest.fixture
+def tls_files(tmp_path, monkeypatch):
+    """ca.pem, c.pem and k.pem in the working directory (named TLS files must be readable)."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("ca.pem", "c.pem", "k.pem"):
+        (tmp_path / name).write_text("not checked for PEM here, only readable\n")
+    return tmp_path
+
+
+def test_values_and_conversions(tls_files):
     c = parse(
         """
         receivers:
@@ -141,9 +151,9 @@ def test_values_and_conversions():
             ring_buffer: {size_mib: 64, poll_interval: 2s, wakeup_fill_percent: 10}
             connections: {max: 64, idle_timeout: 2.5}
             protocols:
-              enabled: [http1, grpc]
+              enabled: [http1, http2]
               http1: {response_timeout: 500ms, capture_headers: true, future_option: 3}
-              grpc: {max_frame: 16384, nested: {a: [1, 2]}}
+              http2: {max_streams: 64, nested: {a: [1, 2]}}
         processors: {batch: {send_batch_size: 10, timeout: 250ms, max_queue_size: 10}}
         exporters:
           otlphttp/phoenix:
@@ -165,10 +175,11 @@ def test_values_and_conversions():
     assert not r.targets.trace_all
     assert (r.ring_buffer_size_mib, r.poll_interval_s, r.wakeup_fill_percent) == (64, 2.0, 10)
     assert (r.max_connections, r.idle_timeout_s) == (64, 2.5)
-    assert r.protocols_enabled == ("http1", "grpc")
+    assert r.protocols_enabled == ("http1", "http2")
     assert r.protocol_options == {
         "http1": {"response_timeout_s": 0.5, "capture_headers": True, "future_option": 3},
-        "grpc": {"max_frame": 16384, "nested": {"a": [1, 2]}},
+        "http2": {"response_timeout_s": 30.0, "capture_headers": False, "max_streams": 64,
+                  "nested": {"a": [1, 2]}},
         "llm": {"capture_content": False, "max_content_bytes": 4096, "body_limit": 1 << 20},
     }
     assert c.processors == Processors(10, 0.25, 10)
@@ -273,14 +284,16 @@ def test_env_expansion_types_whole_values():
             ring_buffer: {size_mib: "${env:UNSET}"}   # unset: the default
             protocols:
               http1: {capture_headers: "${env:HDRS}"}
-              grpc: {window: "${env:MAXB}", label: "n${env:MAXB}", flag: "${env:HDRS}"}
+              http2: {window: "${env:MAXB}", label: "n${env:MAXB}", flag: "${env:HDRS}"}
         """,
         {"MAXB": "8192", "HDRS": "true"},
     )
     r = c.receiver
     assert r.capture_max_bytes == 8192 and r.ring_buffer_size_mib == 16
     assert r.protocol_options["http1"]["capture_headers"] is True
-    assert r.protocol_options["grpc"] == {"window": 8192, "label": "n8192", "flag": True}
+    http2 = r.protocol_options["http2"]
+    assert {k: http2[k] for k in ("window", "label", "flag")} == {
+        "window": 8192, "label": "n8192", "flag": True}
 
 
 def test_literal_strings_are_not_numbers():
@@ -348,9 +361,9 @@ def test_empty_env_override_of_a_scalar_keeps_the_file_value():
 
 def test_env_override_string_lists():
     c = parse("", {"OTEL_EBPF_RECEIVERS_EBPF_TARGETS_PROCESS_NAMES": "[python3, 'my app']",
-                   "OTEL_EBPF_RECEIVERS_EBPF_PROTOCOLS_ENABLED": "http1,grpc"})
+                   "OTEL_EBPF_RECEIVERS_EBPF_PROTOCOLS_ENABLED": "http1,rtps"})
     assert c.receiver.targets.process_names == ("python3", "my app")
-    assert c.receiver.protocols_enabled == ("http1", "grpc")
+    assert c.receiver.protocols_enabled == ("http1", "rtps")
 
 
 def test_env_overrides_exporter_settings():
@@ -570,3 +583,124 @@ def test_missing_file_names_it(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(tmp_path, {})
     assert info.value.path == str(tmp_path)
+
+
+# ----------------------------------------------------------------- parser and layer options
+
+PROTO = "OTEL_EBPF_RECEIVERS_EBPF_PROTOCOLS_"
+
+
+def test_env_sets_options_of_every_parser_and_layer_typed_like_yaml():
+    env = {
+        PROTO + "HTTP2_MAX_STREAMS": "64",
+        PROTO + "HTTP2_RESPONSE_TIMEOUT": "5s",
+        PROTO + "HTTP2_CAPTURE_HEADERS": "on",
+        PROTO + "RTPS_MAX_WAITING": "128",
+        PROTO + "RTPS_LATENCY_WAIT_S": "0.5",
+        PROTO + "LLM_PROVIDER": "vllm",
+        PROTO + "LLM_EXTRA_PATHS": "[/gw, {prefix: /v2/chat, api: openai}]",
+        PROTO + "VECTORDB_SYSTEM": "chroma",
+        PROTO + "HTTP1_FUTURE_OPTION": "true",
+    }
+    from_env = parse("", env).receiver.plugin_options()
+    from_yaml = parse("""
+        receivers:
+          ebpf:
+            protocols:
+              http1: {future_option: true}
+              http2: {max_streams: 64, response_timeout: 5s, capture_headers: on}
+              rtps: {max_waiting: 128, latency_wait_s: 0.5}
+              llm: {provider: vllm, extra_paths: [/gw, {prefix: /v2/chat, api: openai}]}
+              vectordb: {system: chroma}
+        """).receiver.plugin_options()
+    assert from_env == from_yaml
+    assert from_env["http2"]["max_streams"] == 64
+    assert from_env["http2"]["response_timeout_s"] == 5.0  # a duration, never the text "5s"
+    assert from_env["http2"]["capture_headers"] is True
+    assert from_env["rtps"]["max_waiting"] == 128 and from_env["rtps"]["latency_wait_s"] == 0.5
+    assert from_env["llm"]["extra_paths"] == ["/gw", {"prefix": "/v2/chat", "api": "openai"}]
+    assert from_env["vectordb"]["system"] == "chroma"
+    assert from_env["http1"]["future_option"] is True
+
+
+def test_env_option_of_a_protocol_named_only_in_the_file_or_env(caplog):
+    # a protocol that is not installed is refused, but its variables name config keys
+    e = error("receivers: {ebpf: {protocols: {enabled: [http1, grpc]}}}",
+              {PROTO + "GRPC_WINDOW": "8"})
+    assert e.path == "receivers.ebpf.protocols.enabled[1]"
+    assert e.expected == "an installed protocol: http1, http2, llm, rtps, vectordb"
+    with caplog.at_level(logging.WARNING, logger="otel_ebpf.config"):
+        parse("", {PROTO + "GRPC_WINDOW": "8"})
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert f"ignoring {PROTO}GRPC_WINDOW: it names no config key" in warned
+    assert f"{PROTO}<NAME>_<KEY> for an installed protocol: http1, http2" in warned
+
+
+@pytest.mark.parametrize(("env", "var", "expected", "got"), [
+    ({PROTO + "HTTP2_RESPONSE_TIMEOUT": "soon"}, PROTO + "HTTP2_RESPONSE_TIMEOUT",
+     "a duration from 1ms to 1h (like 100ms, 10s, 5m, 1h, or seconds)", "'soon'"),
+    ({PROTO + "HTTP2_MAX_STREAMS": "0"}, PROTO + "HTTP2_MAX_STREAMS",
+     "an integer from 1 to 65536", "0"),
+    ({PROTO + "RTPS_MAX_WAITING": "lots"}, PROTO + "RTPS_MAX_WAITING", "an integer", "'lots'"),
+    ({PROTO + "LLM_PROVIDER": "7"}, PROTO + "LLM_PROVIDER", "a non-empty string", "7"),
+    ({PROTO + "VECTORDB_SYSTEM": "mongo"}, PROTO + "VECTORDB_SYSTEM",
+     "one of ['chroma', 'qdrant', 'weaviate', 'milvus']", "'mongo'"),
+])
+def test_bad_env_option_names_the_variable(env, var, expected, got):
+    e = error("", env)
+    assert (e.path, e.expected, e.got) == (var, expected, got)
+
+
+@pytest.mark.parametrize(("text", "path", "expected", "got"), [
+    ("receivers: {ebpf: {protocols: {enabled: [http1, htpp2]}}}",
+     "receivers.ebpf.protocols.enabled[1]",
+     "an installed protocol: http1, http2, llm, rtps, vectordb", "'htpp2' (did you mean http2?)"),
+    ("receivers: {ebpf: {protocols: {enabled: [http1, http1]}}}",
+     "receivers.ebpf.protocols.enabled[1]", "each protocol at most once", "'http1' again"),
+    ("receivers: {ebpf: {protocols: {htp1: {capture_headers: true}}}}",
+     "receivers.ebpf.protocols.htp1",
+     "enabled or an installed protocol: http1, http2, llm, rtps, vectordb",
+     "unknown key 'htp1' (did you mean http1?)"),
+    ("receivers: {ebpf: {protocols: {http2: {response_timeout: 5m0x}}}}",
+     "receivers.ebpf.protocols.http2.response_timeout",
+     "a duration from 1ms to 1h (like 100ms, 10s, 5m, 1h, or seconds)", "'5m0x'"),
+    ("receivers: {ebpf: {protocols: {llm: {provider: 7}}}}",
+     "receivers.ebpf.protocols.llm.provider", "a non-empty string", "7"),
+    ("receivers: {ebpf: {protocols: {llm: {extra_paths: [/gw, {prefix: /x, api: soap}]}}}}",
+     "receivers.ebpf.protocols.llm.extra_paths",
+     "one of ['openai', 'anthropic', 'ollama']", "'soap'"),
+    ("receivers: {ebpf: {protocols: {rtps: {max_waiting: 0}}}}",
+     "receivers.ebpf.protocols.rtps.max_waiting", "at least 1", "0"),
+    ("receivers: {ebpf: {protocols: {rtps: {max_wating: 5}}}}",
+     "receivers.ebpf.protocols.rtps.max_wating", "a value rtps accepts", None),
+])
+def test_bad_protocol_names_and_options_are_config_errors_at_load(text, path, expected, got):
+    e = error(text)
+    assert (e.path, e.expected) == (path, expected)
+    if got is not None:
+        assert e.got == got
+    assert str(e).startswith(f"config error at {path}: expected {expected}")
+
+
+def test_options_load_config_checks_are_those_the_agent_builds_with():
+    r = parse("receivers: {ebpf: {correlation: {headers: [X-Req]}, "
+              "protocols: {enabled: [http2], rtps: {max_waiting: 8}}}}").receiver
+    options = r.plugin_options()
+    assert list(options) == ["http2", "http1", "llm", "rtps"]  # enabled, then configured
+    assert options["http2"]["correlation_headers"] == ["x-req"]
+    assert options["rtps"] == {"correlation_headers": ["x-req"], "max_waiting": 8}
+
+
+def test_tls_files_must_be_readable(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ca.pem").write_text("x\n")
+    pipeline = "\nservice: {pipelines: {traces: {receivers: [ebpf], exporters: [otlphttp]}}}"
+    c = parse("exporters: {otlphttp: {tls: {ca_file: ca.pem}}}" + pipeline)
+    assert c.exporters["otlphttp"].settings["tls"] == {"ca_file": "ca.pem"}
+    for key in ("ca_file", "cert_file", "key_file"):
+        other = {"cert_file": ", key_file: ca.pem", "key_file": ", cert_file: ca.pem"}.get(key, "")
+        e = error(f"exporters: {{otlphttp: {{tls: {{{key}: no.pem{other}}}}}}}" + pipeline)
+        assert e.path == f"exporters.otlphttp.tls.{key}"
+        assert (e.expected, e.got) == ("a readable file", "'no.pem' (No such file or directory)")
+    e = error("exporters: {otlphttp: {tls: {ca_file: .}}}" + pipeline)
+    assert e.got == "'.' (Is a directory)"

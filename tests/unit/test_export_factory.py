@@ -150,7 +150,7 @@ def test_file_and_debug(tmp_path):
     spans, metrics = build_span_exporters(config), build_metric_exporters(config)
     assert isinstance(spans["file"], FileSpanExporter) and isinstance(metrics["file"], FileMetricExporter)
     assert isinstance(spans["debug/verbose"], DebugSpanExporter) and spans["debug/verbose"].verbosity == "detailed"
-    assert isinstance(metrics["debug"], DebugMetricExporter) and metrics["debug"].verbosity == "basic"
+    assert isinstance(metrics["debug"], DebugMetricExporter) and metrics["debug"].verbosity == "normal"
     shutdown_all(spans, metrics)
 
 

@@ -1,10 +1,12 @@
 """TracePipeline and MetricsPipeline end to end, into OTLP/JSON files."""
 
 import json
+import threading
 
 from otel_ebpf.protocols.base import ConnInfo, NeutralSpan, Role, SpanKind
 
-from otel_ebpf.export.factory import build_metric_exporters, build_span_exporters
+from otel_ebpf.export.factory import (DisabledExporter, build_metric_exporters,
+                                      build_span_exporters)
 from otel_ebpf.export.pipeline import MetricsPipeline, TracePipeline
 from otel_ebpf.spans.clock import KernelClock
 from otel_ebpf.spans.resources import ProcessResources
@@ -94,5 +96,30 @@ def test_metrics_pipeline_through_file(tmp_path):
     assert metrics["otel_ebpf.gaps"]["sum"]["dataPoints"][0]["asInt"] == "0"  # untouched: still reported
 
 
-def test_metrics_pipeline_without_exporters_is_inert():
-    MetricsPipeline(build_metric_exporters({"otlp": {"endpoint": ""}}), Stats()).shutdown(1)
+def _reader_threads() -> set[threading.Thread]:
+    """The SDK's periodic metric readers alive now (each runs a thread of this name)."""
+    return {t for t in threading.enumerate() if t.name == "OtelPeriodicExportingMetricReader"}
+
+
+def test_metrics_pipeline_without_exporters_is_inert(tmp_path):
+    """Only disabled exporters: no reader, so no thread and no export; one real exporter
+    next to it gets its reader, thread and export (the control that the count can move)."""
+    exporters = build_metric_exporters({"otlp": {"endpoint": ""}})
+    assert [type(e) for e in exporters.values()] == [DisabledExporter]
+    stats = Stats()
+    stats.add("events", 5)
+    before = _reader_threads()
+    inert = MetricsPipeline(exporters, stats, interval_s=0.05)
+    assert not _reader_threads() - before
+    assert inert.force_flush(1)  # nothing to collect, nothing to wait for
+    inert.shutdown(1)
+
+    path = tmp_path / "metrics.jsonl"
+    live = MetricsPipeline(build_metric_exporters({"file": {"path": str(path)}}), stats,
+                           interval_s=3600)
+    assert len(_reader_threads() - before) == 1
+    live.shutdown(10)
+    (request,) = lines(path)
+    metrics = {m["name"]: m for sm in request["resourceMetrics"][0]["scopeMetrics"]
+               for m in sm["metrics"]}
+    assert metrics["otel_ebpf.events"]["sum"]["dataPoints"][0]["asInt"] == "5"

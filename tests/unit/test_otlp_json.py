@@ -32,3 +32,12 @@ def test_reused_pairs_give_the_same_document(monkeypatch):
 def test_one_line_per_request():
     line = spans_to_otlp_json(sample_spans()[:1])
     assert line.endswith(b"\n") and line.count(b"\n") == 1
+
+
+def test_equal_values_of_other_types_are_not_taken_from_the_cache():
+    """True == 1 == 1.0 as dict keys: the reused pairs must still keep each value's type."""
+    readable = sample_spans()[:3]
+    for span, value in zip(readable, (True, 1, 1.0)):
+        span._attributes = {"n": value, "l": [value]}
+    assert orjson.loads(spans_to_otlp_json(readable)) == orjson.loads(
+        to_otlp_json(encode_spans(readable)))

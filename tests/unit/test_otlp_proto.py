@@ -44,3 +44,12 @@ def test_the_grpc_exporter_sends_our_encoding():
     finally:
         exporter.shutdown()
     assert request == encode_spans(readable)
+
+
+def test_equal_values_of_other_types_are_not_taken_from_the_cache():
+    """True == 1 == 1.0 as dict keys: the reused pairs must still keep each value's type."""
+    readable = sample_spans()[:3]
+    for span, value in zip(readable, (True, 1, 1.0)):
+        span._attributes = {"n": value, "l": [value]}
+    assert ExportTraceServiceRequest.FromString(spans_to_otlp_proto(readable)) == \
+        encode_spans(readable)

@@ -29,8 +29,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_abi_matches_the_c_header(tmp_path):
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
-        pytest.skip("no C compiler")
+    if cc is None:  # make install brings clang: a missing compiler is a broken install
+        pytest.fail("a C compiler is needed (make install brings clang)")
     src = tmp_path / "probe.c"
     src.write_text("""
 #include <stdio.h>
@@ -38,10 +38,11 @@ def test_abi_matches_the_c_header(tmp_path):
 #include <linux/types.h>
 #include "profile_abi.h"
 int main(void) {
-  printf("%zu %zu %zu %zu %zu %zu %zu\\n", sizeof(struct profile_sample),
+  printf("%zu %zu %zu %zu %zu %zu %zu %zu %zu %d\\n", sizeof(struct profile_sample),
          offsetof(struct profile_sample, kstack), offsetof(struct profile_sample, ustack),
          offsetof(struct profile_sample, py), sizeof(struct py_proc),
-         sizeof(struct profile_config), offsetof(struct py_proc, o));
+         sizeof(struct profile_config), offsetof(struct py_proc, o),
+         sizeof(struct unwind_row), sizeof(struct unwind_proc), UNWIND_MAX_MAPS);
   return 0;
 }""")
     subprocess.run([cc, "-I", str(REPO / "bpf/include"), "-o", str(tmp_path / "probe"),
@@ -50,7 +51,9 @@ int main(void) {
                          check=True).stdout.split()
     assert list(map(int, out)) == [cpu_sampler.SAMPLE_SIZE, cpu_sampler._K_AT,
                                    cpu_sampler._U_AT, cpu_sampler._P_AT,
-                                   cpu_sampler.PY_PROC_SIZE, cpu_sampler.CONFIG.size, 8]
+                                   cpu_sampler.PY_PROC_SIZE, cpu_sampler.CONFIG.size, 8,
+                                   cpu_sampler.UNWIND_ROW_SIZE, cpu_sampler.UNWIND_PROC_SIZE,
+                                   cpu_sampler.UNWIND_MAX_MAPS]
 
 
 def test_decode_sample_roundtrip():
@@ -213,8 +216,8 @@ def test_code_objects_read_from_a_live_interpreter(exe):
                             text=True)
     try:
         line = proc.stdout.readline().split()
-        if not line:
-            pytest.skip(f"{exe} did not start")
+        if not line:  # an installed interpreter that cannot start is a fault, not a skip
+            pytest.fail(f"{exe} did not start")
         maps = ProcessMaps(proc.pid)
         interp = find_interpreter(proc.pid, maps, ElfCache())
         if interp is None:

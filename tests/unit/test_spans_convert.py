@@ -13,8 +13,10 @@ CONN = ConnInfo(pid=4321, fd=7, generation=1, role=Role.SERVER, transport="strea
 
 
 class FixedClock(KernelClock):
+    """A clock whose wall clock never moved: one sample, from monotonic 0."""
+
     def __init__(self, offset_ns: int = 1_700_000_000_000_000_000) -> None:
-        self.offset_ns = offset_ns
+        self._history = ((0,), (offset_ns,))
 
     def refresh(self) -> None:
         pass

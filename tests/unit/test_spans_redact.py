@@ -1,4 +1,5 @@
-"""Query values redacted by config: url.query and url.full of every span, any protocol."""
+"""Query values redacted on every span (url.query, url.full, any protocol): secret-looking
+names by default, more by config."""
 
 from __future__ import annotations
 
@@ -27,12 +28,31 @@ def test_star_redacts_every_value():
     assert r.query("a=1&b=&c&api_key=REDACTED") == "a=REDACTED&b=&REDACTED&api_key=REDACTED"
 
 
-def test_apply_to_spans_and_empty_config_is_off():
+def test_apply_to_spans():
     span = _span({"url.query": "sid=1&x=2", "url.full": "http://h/?sid=1&x=2", "url.path": "/"})
     QueryRedactor(["sid"]).apply([span])
     assert span.attributes == {"url.query": "sid=REDACTED&x=2",
                                "url.full": "http://h/?sid=REDACTED&x=2", "url.path": "/"}
-    assert not QueryRedactor([])
+
+
+def test_secret_looking_names_by_default():
+    """Credentials by name, whatever the case, with an empty config; other values stay."""
+    r = QueryRedactor([])
+    query = ("password=p1&PASSWD=p2&pwd=p3&key=k&Secret=s&token=t&api_key=a&apikey=b&api-key=c"
+             "&access_token=d&refresh_token=e&auth=f&signature=g&X-Amz-Signature=h&sig=i"
+             "&client_secret=j&X-Amz-Credential=l&session_id=m&jwt=n"
+             "&q=shoes&page=2&keyword=k&tokenizer=gpt2&max_tokens=5&user=bob&sort=")
+    out = r.query(query)
+    kept = {"q=shoes", "page=2", "keyword=k", "tokenizer=gpt2", "max_tokens=5", "user=bob",
+            "sort="}
+    params = out.split("&")
+    assert kept <= set(params)
+    assert all(p.endswith("=REDACTED") for p in params if p not in kept), params
+    assert r.url("https://h/login?user=bob&password=hunter2#top") == \
+        "https://h/login?user=bob&password=REDACTED#top"
+    span = _span({"url.query": "key=abc", "url.full": "http://h/?key=abc"})
+    r.apply([span])
+    assert span.attributes == {"url.query": "key=REDACTED", "url.full": "http://h/?key=REDACTED"}
 
 
 def test_config_key():
@@ -40,3 +60,12 @@ def test_config_key():
     assert cfg.receiver.redact_query_params == ("sid", "*")
     env = parse_config("", {"OTEL_EBPF_RECEIVERS_EBPF_REDACTION_QUERY_PARAMS": "a,b"})
     assert env.receiver.redact_query_params == ("a", "b")
+
+
+def test_command_args_config_key():
+    """process.command_args is off unless resource_attributes turns it on (file or env)."""
+    assert parse_config("", {}).receiver.command_args is False
+    on = "receivers: {ebpf: {resource_attributes: {process.command_args: {enabled: true}}}}"
+    assert parse_config(on, {}).receiver.command_args is True
+    var = "OTEL_EBPF_RECEIVERS_EBPF_RESOURCE_ATTRIBUTES_PROCESS_COMMAND_ARGS_ENABLED"
+    assert parse_config("", {var: "true"}).receiver.command_args is True

@@ -86,7 +86,18 @@ def test_python_script_through_shebang(proc):
     assert attrs["service.name"] == "uvicorn"
     assert attrs["process.executable.name"] == "python3.11"
     assert attrs["process.executable.path"] == "/usr/bin/python3.11"
-    assert attrs["process.command_args"] == ["/venv/bin/python", "/venv/bin/uvicorn", "app:app"]
+    assert "process.command_args" not in attrs  # opt-in: the executable and service name say who
+    on = ProcessResources(proc_root=str(proc), command_args=True).get(13)
+    assert on["process.command_args"] == ["/venv/bin/python", "/venv/bin/uvicorn", "app:app"]
+
+
+def test_command_args_opt_in_and_redacted(proc):
+    make_proc(proc, 30, ["curl", "-H", "Authorization: Bearer tok123", "http://127.0.0.1:1/"],
+              exe="/usr/bin/curl")
+    assert "process.command_args" not in ProcessResources(proc_root=str(proc)).get(30)
+    attrs = ProcessResources(proc_root=str(proc), command_args=True).get(30)
+    assert attrs["process.command_args"] == [
+        "curl", "-H", "Authorization: REDACTED", "http://127.0.0.1:1/"]
 
 
 def test_python_script_with_py_suffix(proc):
@@ -250,14 +261,3 @@ def test_real_proc_self_never_raises():
     attrs = ProcessResources().get(os.getpid(), "pytest")
     assert attrs["process.pid"] == os.getpid()
     assert attrs["service.name"]
-
-
-def test_secret_arguments_are_redacted():
-    from otel_ebpf.spans.resources import redact_args
-
-    assert redact_args(["vllm", "serve", "--api-key", "sk-123", "--port", "8000"]) == [
-        "vllm", "serve", "--api-key", "REDACTED", "--port", "8000"]
-    assert redact_args(["app", "--hf-token=abc", "--auth-file", "/x"]) == [
-        "app", "--hf-token=REDACTED", "--auth-file", "REDACTED"]
-    assert redact_args(["psql", "postgres://bob:hunter2@db/x"]) == [
-        "psql", "postgres://REDACTED@db/x"]

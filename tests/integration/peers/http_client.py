@@ -53,8 +53,20 @@ def pipelined(base: str, paths: list[str]) -> None:
                 break
             data += piece
         t1 = time.time_ns()
-    for path in paths:
-        print(json.dumps({"path": path, "status": 200, "t0": t0, "t1": t1}))
+    # the responses, in order, each with its own status and body (what the test holds
+    # each request's spans to); fewer than the requests fails the client
+    answers = []
+    while data:
+        head, sep, data = data.partition(b"\r\n\r\n")
+        if not sep:
+            break
+        lines = head.decode("latin-1").split("\r\n")
+        length = next(int(line.split(":", 1)[1]) for line in lines[1:]
+                      if line.lower().startswith("content-length:"))
+        body, data = data[:length], data[length:]
+        answers.append((int(lines[0].split()[1]), body.decode()))
+    for path, (status, body) in zip(paths, answers, strict=True):
+        print(json.dumps({"path": path, "status": status, "body": body, "t0": t0, "t1": t1}))
 
 
 if __name__ == "__main__":

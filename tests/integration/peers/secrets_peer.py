@@ -33,7 +33,8 @@ RESPONSE_SECRETS = {
     "set-cookie": "session=PLANTED-setcookie-ee21; HttpOnly",
     "x-refresh-token": "PLANTED-refresh-6d4b",
 }
-QUERY = "q=VISIBLE-query-value&api_key=PLANTED-qkey-c3a8&session=PLANTED-qsession-77b0"
+QUERY = ("q=VISIBLE-query-value&api_key=PLANTED-qkey-c3a8&session=PLANTED-qsession-77b0"
+         "&password=PLANTED-qpassword-19ab&key=PLANTED-qkey2-5e11")
 REQUEST_BODY = b'{"password": "PLANTED-reqbody-2f6c"}'
 RESPONSE_BODY = b'{"access_token": "PLANTED-respbody-d85a"}'
 MARKER = "PLANTED"  # inside every secret value above: no exported byte may contain it

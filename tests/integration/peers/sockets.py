@@ -178,8 +178,9 @@ def named_threads(port: int) -> None:
     t.join(10)
 
 
-def chatty_binary(port: int) -> None:
-    """A protocol no parser knows: 300 binary round trips, 5 ms apart, on one connection."""
+def chatty_binary(port: int, pause_after: int | None = None) -> None:
+    """A protocol no parser knows: 300 binary round trips, 5 ms apart, on one connection.
+    `pause_after`: after that many, print "paused" and wait for a line on stdin."""
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("127.0.0.1", port))
@@ -187,7 +188,10 @@ def chatty_binary(port: int) -> None:
     cli = socket.create_connection(("127.0.0.1", port))
     conn, _ = srv.accept()
     message = bytes(range(64))
-    for _ in range(300):
+    for i in range(300):
+        if i == pause_after:
+            print("paused", flush=True)
+            sys.stdin.readline()
         cli.sendall(message)
         got = 0
         while got < len(message):
@@ -206,6 +210,7 @@ if __name__ == "__main__":
     fn = {"udp": udp, "mmsg": mmsg, "tcp": tcp_kinds, "fd_reuse": fd_reuse, "unix": unix,
           "silent_server": silent_server, "patient_client": patient_client,
           "llm_request": llm_request, "named_threads": named_threads,
-          "chatty_binary": chatty_binary}[kind]
+          "chatty_binary": chatty_binary,
+          "chatty_binary_paused": lambda port: chatty_binary(port, pause_after=20)}[kind]
     fn(arg if kind == "unix" else int(arg))
 

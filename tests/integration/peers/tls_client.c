@@ -1,11 +1,12 @@
 /* A TLS client in C for the tests: built against OpenSSL statically (with or without
  * symbols), it proves the agent finds OpenSSL inside an executable, or says it cannot.
  *
- *   tls_client PORT PATH CAFILE DELAY_MS
+ *   tls_client PORT PATH CAFILE
  *
- * Connects to 127.0.0.1:PORT, waits DELAY_MS (the agent attaches when it sees the exec;
- * the wait keeps the test from racing it), then GETs PATH over TLS, verifying the server
- * against CAFILE, and prints the status line. */
+ * Connects to 127.0.0.1:PORT, waits for a line on stdin (the agent attaches when it sees
+ * the exec; the test sends the line once the agent said so, which no fixed wait could
+ * promise on a loaded machine), then GETs PATH over TLS, verifying the server against
+ * CAFILE, and prints the status line. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <openssl/err.h>
@@ -14,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 static int fail(const char *what)
@@ -26,17 +26,17 @@ static int fail(const char *what)
 
 int main(int argc, char **argv)
 {
-	if (argc != 5)
-		return fail("usage: tls_client PORT PATH CAFILE DELAY_MS");
+	if (argc != 4)
+		return fail("usage: tls_client PORT PATH CAFILE");
 	int port = atoi(argv[1]);
-	long delay_ms = atol(argv[4]);
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(port)};
 	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
 	if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0)
 		return fail("connect");
-	struct timespec pause = {.tv_sec = delay_ms / 1000, .tv_nsec = (delay_ms % 1000) * 1000000};
-	nanosleep(&pause, NULL);
+	char go[16];
+	if (!fgets(go, sizeof(go), stdin))
+		return fail("stdin closed before the go line");
 
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	if (!ctx || SSL_CTX_load_verify_locations(ctx, argv[3], NULL) != 1)

@@ -19,8 +19,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 def replay(name: str):
     """(spans, {role: pid}, parse errors) of fixtures/<name>.jsonl."""
     path, meta = FIXTURES / f"{name}.jsonl", FIXTURES / f"{name}.meta.json"
-    if not path.exists() or not meta.exists():
-        pytest.skip(f"no {path.name} fixture")
+    if not path.exists() or not meta.exists():  # committed with the tests: never optional
+        pytest.fail(f"no {path.name} fixture (re-record with fixtures/record.py)")
     roles = {role: int(pid) for pid, role in json.loads(meta.read_text())["roles"].items()}
     parser = RTPSParser()
     drivers: dict[tuple[int, int], ConnectionDriver] = {}

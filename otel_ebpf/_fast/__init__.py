@@ -1,0 +1,31 @@
+"""Compiled implementations of the agent's per-event path, behind the Python contract.
+
+Each module here is an implementation of something Python keeps as the reference:
+`ring` drains the BPF ring buffer and decodes its records (otel_ebpf/kernel/abi.py),
+`http1` frames plain HTTP/1 heads (protocols/http1/parse.py, llhttp), `otlp` writes
+OTLP Span messages (otel_ebpf/export/otlp_proto.py). Both are built by
+`pip install -e .` (setup.py); when they are missing (no compiler) or
+OTEL_EBPF_PURE_PYTHON=1 is set, every caller takes the Python path, which produces the
+same events, frames and spans (the differential tests check it on the same input).
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+PURE_PYTHON = os.environ.get("OTEL_EBPF_PURE_PYTHON", "").strip().lower() in ("1", "true", "yes")
+
+
+def _load(name: str) -> ModuleType | None:
+    if PURE_PYTHON:
+        return None
+    try:
+        return __import__(f"otel_ebpf._fast.{name}", fromlist=[name])
+    except ImportError:
+        return None
+
+
+ring = _load("ring")
+http1 = _load("http1")
+otlp = _load("otlp")

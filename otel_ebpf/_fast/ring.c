@@ -1,0 +1,376 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The ring buffer drained in C: libbpf calls a C function per record (no ctypes callback,
+ * no Python object per record while draining, the GIL released), records are copied into
+ * one growing arena, then decoded in a single pass into the events otel_ebpf/kernel/abi.py
+ * defines. The two events that come by the thousand (data, close) are built here; every
+ * other record is handed back as bytes for abi.decode, which stays the reference
+ * (tests/unit/test_fast_ring.py decodes the same records both ways).
+ *
+ *   configure(DataEvent, ConnClose, directions)   once, from otel_ebpf/kernel/abi.py
+ *   decode(records: list[bytes]) -> (events, n_raw)
+ *   Ring(fds).poll(timeout_ms) -> (events, n_raw, rc)
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <linux/types.h>
+#include <bpf/libbpf.h>
+
+#include "abi.h"
+
+#define ARENA_KEEP (1u << 20) /* arena bytes kept between polls */
+
+static PyTypeObject *data_type, *close_type; /* abi.DataEvent, abi.ConnClose (named tuples) */
+static PyObject *directions;                 /* (Direction.EGRESS, Direction.INGRESS) */
+static PyObject *empty_bytes;
+
+static PyObject *configure(PyObject *self, PyObject *args)
+{
+	PyObject *d, *c, *dirs;
+	if (!PyArg_ParseTuple(args, "O!O!O!", &PyType_Type, &d, &PyType_Type, &c, &PyTuple_Type,
+			      &dirs))
+		return NULL;
+	if (!PyType_IsSubtype((PyTypeObject *)d, &PyTuple_Type) ||
+	    !PyType_IsSubtype((PyTypeObject *)c, &PyTuple_Type) || PyTuple_GET_SIZE(dirs) != 2) {
+		PyErr_SetString(PyExc_TypeError, "configure(DataEvent, ConnClose, (egress, ingress))");
+		return NULL;
+	}
+	Py_INCREF(d);
+	Py_INCREF(c);
+	Py_INCREF(dirs);
+	Py_XSETREF(data_type, (PyTypeObject *)d);
+	Py_XSETREF(close_type, (PyTypeObject *)c);
+	Py_XSETREF(directions, dirs);
+	Py_RETURN_NONE;
+}
+
+/* a named tuple of `type` holding items (stolen); NULL items: an error happened */
+static PyObject *make(PyTypeObject *type, PyObject **items, Py_ssize_t n)
+{
+	for (Py_ssize_t i = 0; i < n; i++)
+		if (!items[i])
+			goto fail;
+	PyObject *t = type->tp_alloc(type, n);
+	if (!t)
+		goto fail;
+	for (Py_ssize_t i = 0; i < n; i++)
+		PyTuple_SET_ITEM(t, i, items[i]);
+	return t;
+fail:
+	for (Py_ssize_t i = 0; i < n; i++)
+		Py_XDECREF(items[i]);
+	return NULL;
+}
+
+static PyObject *key_of(const struct conn_key *k)
+{
+	return Py_BuildValue("(IiK)", k->pid, k->fd, (unsigned long long)k->gen);
+}
+
+static PyObject *slice(const unsigned char *rec, size_t size, size_t from, size_t to)
+{
+	/* Python's slice rules: clamped to the record, empty when reversed */
+	if (to > size)
+		to = size;
+	if (from >= to) {
+		Py_INCREF(empty_bytes);
+		return empty_bytes;
+	}
+	return PyBytes_FromStringAndSize((const char *)rec + from, to - from);
+}
+
+static PyObject *decode_data(const unsigned char *rec, size_t size)
+{
+	struct data_event ev;
+	memcpy(&ev, rec, sizeof(ev)); /* records are 8-aligned, but keep it portable */
+	size_t hdr = sizeof(struct data_event);
+	size_t captured = ev.captured_len;
+	size_t head_end = hdr + (captured > ev.tail_len ? captured - ev.tail_len : 0);
+	PyObject *tcp_seq;
+	if (ev.flags & DATA_F_NO_SEQ) {
+		tcp_seq = Py_None;
+		Py_INCREF(tcp_seq);
+	} else {
+		tcp_seq = PyLong_FromUnsignedLong(ev.tcp_seq);
+	}
+	PyObject *direction = PyTuple_GET_ITEM(directions, ev.direction & 1);
+	Py_INCREF(direction);
+	Py_INCREF(Py_None);
+	PyObject *tls = ev.flags & DATA_F_TLS ? Py_True : Py_False;
+	Py_INCREF(tls);
+	PyObject *items[13] = {
+		key_of(&ev.key),
+		PyLong_FromUnsignedLong(ev.hdr.tid),
+		PyLong_FromUnsignedLongLong(ev.hdr.ts_ns),
+		PyLong_FromUnsignedLongLong(ev.exit_ns),
+		direction,
+		PyLong_FromUnsignedLongLong(ev.pos),
+		PyLong_FromUnsignedLong(ev.msg_len),
+		tcp_seq,
+		slice(rec, size, hdr, head_end),
+		Py_None, /* peer: records with one go to abi.decode */
+		PyLong_FromUnsignedLongLong(ev.task),
+		ev.tail_len ? slice(rec, size, head_end, hdr + captured) : (Py_INCREF(empty_bytes), empty_bytes),
+		tls,
+	};
+	return make(data_type, items, 13);
+}
+
+static PyObject *decode_close(const unsigned char *rec)
+{
+	struct conn_close_event ev;
+	memcpy(&ev, rec, sizeof(ev));
+	PyObject *items[4] = {
+		key_of(&ev.key),
+		PyLong_FromUnsignedLongLong(ev.hdr.ts_ns),
+		PyLong_FromUnsignedLongLong(ev.bytes_sent),
+		PyLong_FromUnsignedLongLong(ev.bytes_recv),
+	};
+	return make(close_type, items, 4);
+}
+
+/* one record -> an event, or its bytes for abi.decode (*raw incremented) */
+static PyObject *decode_one(const unsigned char *rec, size_t size, Py_ssize_t *raw)
+{
+	if (size >= sizeof(struct data_event) && rec[0] == EV_DATA &&
+	    !(((const struct data_event *)rec)->flags & DATA_F_HAS_PEER))
+		return decode_data(rec, size);
+	if (size >= sizeof(struct conn_close_event) && rec[0] == EV_CONN_CLOSE)
+		return decode_close(rec);
+	(*raw)++;
+	return PyBytes_FromStringAndSize((const char *)rec, size);
+}
+
+static int check_configured(void)
+{
+	if (!data_type) {
+		PyErr_SetString(PyExc_RuntimeError, "otel_ebpf._fast.ring: configure() first");
+		return -1;
+	}
+	return 0;
+}
+
+static PyObject *decode(PyObject *self, PyObject *arg)
+{
+	if (check_configured() < 0)
+		return NULL;
+	if (!PyList_Check(arg)) {
+		PyErr_SetString(PyExc_TypeError, "decode(records: list[bytes])");
+		return NULL;
+	}
+	Py_ssize_t n = PyList_GET_SIZE(arg), raw = 0;
+	PyObject *out = PyList_New(n);
+	if (!out)
+		return NULL;
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *r = PyList_GET_ITEM(arg, i);
+		if (!PyBytes_Check(r)) {
+			Py_DECREF(out);
+			PyErr_SetString(PyExc_TypeError, "decode(records: list[bytes])");
+			return NULL;
+		}
+		PyObject *ev = decode_one((const unsigned char *)PyBytes_AS_STRING(r),
+					  PyBytes_GET_SIZE(r), &raw);
+		if (!ev) {
+			Py_DECREF(out);
+			return NULL;
+		}
+		PyList_SET_ITEM(out, i, ev);
+	}
+	return Py_BuildValue("(Nn)", out, raw);
+}
+
+/* ---- the reader ------------------------------------------------------------------ */
+
+typedef struct {
+	PyObject_HEAD
+	struct ring_buffer *rb;
+	unsigned char *arena; /* records as (u32 size, bytes, padding to 8) */
+	size_t len, cap;
+	size_t count;
+	size_t lost; /* records the arena could not grow for */
+} Ring;
+
+static int on_record(void *ctx, void *data, size_t size)
+{
+	Ring *r = ctx;
+	size_t need = (sizeof(uint32_t) + size + 7) & ~(size_t)7;
+	if (r->len + need > r->cap) {
+		size_t cap = r->cap ? r->cap : 256u << 10;
+		while (cap < r->len + need)
+			cap *= 2;
+		unsigned char *grown = realloc(r->arena, cap);
+		if (!grown) {
+			r->lost++;
+			return 0;
+		}
+		r->arena = grown;
+		r->cap = cap;
+	}
+	uint32_t n = (uint32_t)size;
+	memcpy(r->arena + r->len, &n, sizeof(n));
+	memcpy(r->arena + r->len + sizeof(n), data, size);
+	r->len += need;
+	r->count++;
+	return 0;
+}
+
+static int Ring_init(Ring *self, PyObject *args, PyObject *kw)
+{
+	PyObject *fds;
+	if (!PyArg_ParseTuple(args, "O", &fds))
+		return -1;
+	PyObject *seq = PySequence_Fast(fds, "Ring(fds): a sequence of ring buffer map fds");
+	if (!seq)
+		return -1;
+	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+	for (Py_ssize_t i = 0; i < n; i++) {
+		int fd = (int)PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+		if (fd == -1 && PyErr_Occurred())
+			goto fail;
+		int err = 0;
+		if (!self->rb) {
+			self->rb = ring_buffer__new(fd, on_record, self, NULL);
+			err = self->rb ? 0 : errno;
+		} else {
+			err = -ring_buffer__add(self->rb, fd, on_record, self);
+		}
+		if (err) {
+			errno = err;
+			PyErr_SetFromErrno(PyExc_OSError);
+			goto fail;
+		}
+	}
+	Py_DECREF(seq);
+	return 0;
+fail:
+	Py_DECREF(seq);
+	return -1;
+}
+
+static PyObject *Ring_poll(Ring *self, PyObject *args)
+{
+	int timeout_ms;
+	if (!PyArg_ParseTuple(args, "i", &timeout_ms))
+		return NULL;
+	if (!self->rb) {
+		PyErr_SetString(PyExc_ValueError, "ring buffer closed");
+		return NULL;
+	}
+	if (check_configured() < 0)
+		return NULL;
+	self->len = self->count = 0;
+	int rc;
+	Py_BEGIN_ALLOW_THREADS
+	rc = ring_buffer__poll(self->rb, timeout_ms);
+	if (rc >= 0 || rc == -EINTR)
+		ring_buffer__consume(self->rb); /* every ring, not only the ones epoll woke for */
+	Py_END_ALLOW_THREADS
+	PyObject *out = PyList_New(self->count);
+	if (!out)
+		return NULL;
+	Py_ssize_t raw = 0;
+	size_t off = 0;
+	for (size_t i = 0; i < self->count; i++) {
+		uint32_t size;
+		memcpy(&size, self->arena + off, sizeof(size));
+		const unsigned char *rec = self->arena + off + sizeof(size);
+		off += (sizeof(size) + size + 7) & ~(size_t)7;
+		PyObject *ev = decode_one(rec, size, &raw);
+		if (!ev) {
+			Py_DECREF(out);
+			return NULL;
+		}
+		PyList_SET_ITEM(out, i, ev);
+	}
+	/* a burst (a backlog) grows the arena far past the usual batch: give that memory
+	 * back rather than keep the largest batch ever seen resident */
+	if (self->cap > ARENA_KEEP) {
+		free(self->arena);
+		self->arena = NULL;
+		self->cap = 0;
+	}
+	self->len = self->count = 0;
+	return Py_BuildValue("(Nni)", out, raw, rc);
+}
+
+static PyObject *Ring_lost(Ring *self, void *closure)
+{
+	return PyLong_FromSize_t(self->lost);
+}
+
+static PyObject *Ring_close(Ring *self, PyObject *unused)
+{
+	if (self->rb) {
+		ring_buffer__free(self->rb);
+		self->rb = NULL;
+	}
+	free(self->arena);
+	self->arena = NULL;
+	self->cap = self->len = 0;
+	Py_RETURN_NONE;
+}
+
+static void Ring_dealloc(Ring *self)
+{
+	Ring_close(self, NULL);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef Ring_methods[] = {
+	{"poll", (PyCFunction)Ring_poll, METH_VARARGS,
+	 "poll(timeout_ms) -> (events, n_raw, rc): wait up to timeout_ms, then drain every ring; "
+	 "n_raw events are still bytes (for abi.decode); rc < 0: -errno of the poll"},
+	{"close", (PyCFunction)Ring_close, METH_NOARGS, "free the reader (idempotent)"},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Ring_getset[] = {
+	{"lost", (getter)Ring_lost, NULL, "records dropped because memory ran out", NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject RingType = {
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "otel_ebpf._fast.ring.Ring",
+	.tp_basicsize = sizeof(Ring),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "Ring(fds): libbpf's ring buffer reader over these BPF ring buffer maps",
+	.tp_new = PyType_GenericNew,
+	.tp_init = (initproc)Ring_init,
+	.tp_dealloc = (destructor)Ring_dealloc,
+	.tp_methods = Ring_methods,
+	.tp_getset = Ring_getset,
+};
+
+static PyMethodDef ring_methods[] = {
+	{"configure", configure, METH_VARARGS, "configure(DataEvent, ConnClose, directions)"},
+	{"decode", decode, METH_O, "decode(records) -> (events, n_raw): n_raw left as bytes"},
+	{NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef ring_module = {
+	PyModuleDef_HEAD_INIT, "otel_ebpf._fast.ring",
+	"BPF ring buffer drain and event decoding in C; otel_ebpf/kernel/abi.py is the reference.",
+	-1, ring_methods,
+};
+
+PyMODINIT_FUNC PyInit_ring(void)
+{
+	if (PyType_Ready(&RingType) < 0)
+		return NULL;
+	if (!(empty_bytes = PyBytes_FromStringAndSize("", 0)))
+		return NULL;
+	PyObject *m = PyModule_Create(&ring_module);
+	if (!m)
+		return NULL;
+	Py_INCREF(&RingType);
+	if (PyModule_AddObject(m, "Ring", (PyObject *)&RingType) < 0 ||
+	    PyModule_AddIntConstant(m, "DATA_SIZE", sizeof(struct data_event))) {
+		Py_DECREF(&RingType);
+		Py_DECREF(m);
+		return NULL;
+	}
+	return m;
+}

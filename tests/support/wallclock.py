@@ -1,0 +1,32 @@
+"""How far the host moved the wall clock against the monotonic clock while a test ran.
+
+A test compares the wall times a client read (time.time_ns) with the span times the agent
+derived from kernel monotonic time. A virtual machine's host may step or slew the wall
+clock (5 ms per second was measured on our machines, more while a new machine catches
+up); the agent dates each span by the wall clock of its own moment, but between two of its
+samples it can only interpolate. Tests allow what the clock itself moved, no more: on a
+quiet clock they are as strict as their fixed allowance.
+"""
+
+from __future__ import annotations
+
+import time
+
+
+def wall_offset_ns() -> int:
+    before = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    wall = time.time_ns()
+    return wall - (before + time.clock_gettime_ns(time.CLOCK_MONOTONIC)) // 2
+
+
+_baseline = [wall_offset_ns()]
+
+
+def start_watch() -> None:
+    """Called as each test starts (tests/integration/conftest.py)."""
+    _baseline[0] = wall_offset_ns()
+
+
+def slack_ns(base_ns: int) -> int:
+    """base_ns plus how far the wall clock moved since the test started."""
+    return base_ns + abs(wall_offset_ns() - _baseline[0])

@@ -1,0 +1,64 @@
+"""The documentation speaks to a user of the repository: it points at nothing outside it
+(no design file next to the checkout, no issue tracker numbers, no work periods), and
+every file it names is there."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")),
+        *sorted((REPO / "bench").rglob("*.md"))]
+# where comments and docstrings live too: they must not point outside either
+SOURCES = [p for top in ("config", "bench", "otel_ebpf", "protocols", "bpf")
+           for p in sorted((REPO / top).rglob("*"))
+           if p.suffix in (".py", ".yaml", ".c", ".h", ".md") and "build" not in p.parts]
+
+OUTSIDE = re.compile(r"\.\./shared|DESIGN\.md|DESIGN §")
+ISSUE = re.compile(r"\b[Ii]ssues? ?#?\d+")
+WORK_PERIOD = re.compile(r"\b[Ss]essions? \d+\b|\bhelper-\w+")
+MD_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+# `path` in backticks naming a file of the repository (not build outputs or venvs)
+CODE_PATH = re.compile(r"`((?:docs|bench|config|tests|otel_ebpf|protocols|bpf)/[\w./-]+)`")
+BUILT = ("bpf/build", "bench/fuzz/crashes")  # made by `make` and by a fuzzing run
+
+
+def _rel(path: Path) -> str:
+    return str(path.relative_to(REPO))
+
+
+@pytest.mark.parametrize("path", DOCS + SOURCES, ids=_rel)
+def test_nothing_outside_the_repository(path):
+    text = path.read_text(errors="replace")
+    for pattern in (OUTSIDE, ISSUE, WORK_PERIOD):
+        found = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1)
+                 if pattern.search(line)]
+        assert not found, f"{_rel(path)}: {found}"
+
+
+@pytest.mark.parametrize("path", DOCS, ids=_rel)
+def test_relative_links_resolve(path):
+    text = path.read_text()
+    broken = []
+    for target in MD_LINK.findall(text):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue  # a URL, or an anchor in the same page
+        file = target.split("#", 1)[0]
+        if not (path.parent / file).exists():
+            broken.append(target)
+    for named in CODE_PATH.findall(text):
+        named = named.rstrip(".")
+        if named.startswith(BUILT):
+            continue
+        if not (REPO / named).exists():
+            broken.append(named)
+    assert not broken, f"{_rel(path)} names what the repository does not have: {broken}"
+
+
+def test_the_checks_look_at_something():
+    assert REPO / "README.md" in DOCS and REPO / "docs/architecture.md" in DOCS
+    assert len(SOURCES) > 100
+    assert MD_LINK.findall((REPO / "README.md").read_text())
