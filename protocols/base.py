@@ -32,7 +32,10 @@ class Direction(enum.IntEnum):
 
     @property
     def opposite(self) -> Direction:
-        return Direction(1 - self)
+        return _OPPOSITE[self]
+
+
+_OPPOSITE = (Direction.INGRESS, Direction.EGRESS)
 
 
 class Role(enum.IntEnum):
