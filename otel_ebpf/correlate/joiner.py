@@ -34,6 +34,7 @@ from otel_ebpf.protocols.base import (
     Role,
     SpanKind,
     SpanLink,
+    positional_maker,
 )
 from otel_ebpf.telemetry import Stats
 
@@ -62,7 +63,7 @@ class Request:
     role: Role
     start_ns: int  # first byte
     ready_ns: int  # last byte: a server request is being handled from here...
-    done_ns: int = 2**63  # ...until its response's first byte (_NOT_ANSWERED)
+    done_ns: int = 2**63  # ...until its response's first byte
     seen_ns: int = 0  # agent's clock when it arrived, for the waiting window
     wire_key: WireKey | None = None
     carrier: dict[str, str] = field(default_factory=dict)
@@ -75,7 +76,9 @@ class Request:
     links: list[SpanLink | _PendingLink] = field(default_factory=list)
 
 
-_NOT_ANSWERED = 2**63
+_new_request = positional_maker(Request, (
+    "span_id", "conn_key", "stream_pos", "pid", "tid", "task", "exchange", "role", "start_ns",
+    "ready_ns", "seen_ns", "wire_key", "carrier"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,11 +198,9 @@ class Correlator:
         else:
             key = (conn.local_addr, conn.local_port, conn.remote_addr, conn.remote_port, seq)
         carrier = frame.carrier
-        # positional: span_id, conn_key, stream_pos, pid, tid, task, exchange, role, start_ns,
-        # ready_ns, done_ns, seen_ns, wire_key, carrier
-        req = Request(random_id(8), conn_key, frame.stream_pos, conn.pid, frame.tid,
-                      frame.task, frame.exchange, role, frame.start_ns, frame.end_ns,
-                      _NOT_ANSWERED, now_ns, key, carrier)
+        req = _new_request(random_id(8), conn_key, frame.stream_pos, conn.pid, frame.tid,
+                           frame.task, frame.exchange, role, frame.start_ns, frame.end_ns,
+                           now_ns, key, carrier)
         self._remember((conn_key, frame.stream_pos), req)
         if carrier:
             traceparent = carrier.get("traceparent")

@@ -22,6 +22,7 @@ from ..base import (
     ParserState,
     Role,
     SmallDeque,
+    positional_maker,
 )
 from ..layers import Body as BodyCapture
 from ..layers import HTTPLayer, first_wanting
@@ -148,6 +149,15 @@ class HTTPResponse(HTTPMessage):
     reason: str = ""
     upgraded: bool = False  # the connection stopped speaking HTTP/1 after this response
     interim: tuple[int, ...] = ()  # 1xx codes received before this final response
+
+
+# the frames of heads the compiled parser read, built without keyword calls (4x faster)
+_new_request = positional_maker(HTTPRequest, (
+    "direction", "method", "target", "layer", "body", "index", "carrier", "version",
+    "headers", "host", "user_agent", "content_type", "upgrade"))
+_new_response = positional_maker(HTTPResponse, (
+    "direction", "status", "reason", "index", "interim", "upgraded", "layer", "body",
+    "carrier", "version", "headers", "host", "user_agent", "content_type", "upgrade"))
 
 
 class Sent(NamedTuple):
@@ -369,12 +379,10 @@ def _request_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) -> 
         _, end, method, target, version, carrier, host, agent, ctype, clen = fast
         layer = first_wanting(state.layers, method, target) if state.layers else None
         index = state.next_index
-        request = HTTPRequest(
-            direction=state.requests, method=method, target=target, layer=layer,
-            body=None if layer is None else BodyCapture(limit=layer.body_limit), index=index,
-            carrier=carrier, version=version, headers={}, host=host, user_agent=agent,
-            content_type=ctype, upgrade="",
-        )
+        request = _new_request(
+            state.requests, method, target, layer,
+            None if layer is None else BodyCapture(limit=layer.body_limit), index,
+            carrier, version, {}, host, agent, ctype, "")
         state.next_index = index + 1
         sent = state.sent
         if len(sent) >= SENT_LIMIT:
@@ -462,13 +470,10 @@ def _response_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) ->
         else:
             body = Body.UNTIL_CLOSE
         layer = sent.layer
-        response = HTTPResponse(
-            direction=state.responses, status=status, reason=reason, index=sent.index,
-            interim=s.interim, upgraded=body is Body.TUNNEL, layer=layer,
-            body=None if layer is None else BodyCapture(limit=layer.body_limit),
-            carrier=carrier, version=version, headers={}, host=host, user_agent=agent,
-            content_type=ctype, upgrade="",
-        )
+        response = _new_response(
+            state.responses, status, reason, sent.index, s.interim, body is Body.TUNNEL,
+            layer, None if layer is None else BodyCapture(limit=layer.body_limit),
+            carrier, version, {}, host, agent, ctype, "")
         state.tunnel = body is Body.TUNNEL
         if layer is None and body is not Body.UNTIL_CLOSE:  # as _start_body does
             if body is Body.LENGTH:

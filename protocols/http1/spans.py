@@ -5,7 +5,15 @@ from __future__ import annotations
 import functools
 from urllib.parse import urlsplit
 
-from ..base import AttributeValue, ConnInfo, NeutralSpan, Role, SpanKind, StatusCode
+from ..base import (
+    AttributeValue,
+    ConnInfo,
+    NeutralSpan,
+    Role,
+    SpanKind,
+    StatusCode,
+    positional_maker,
+)
 from ..layers import HTTPExchange, apply_layer
 from .parse import HTTPRequest, HTTPResponse, is_secret
 from .stitch import HTTPRecord
@@ -67,24 +75,17 @@ def to_spans(record: HTTPRecord, conn: ConnInfo, capture_headers: bool = False) 
     status, error = _status(record, kind)
     if error:
         attrs["error.type"] = error
-    span = NeutralSpan(
-        name=name,
-        kind=kind,
-        start_ns=request.start_ns,
-        end_ns=(response or request).end_ns,
-        conn=conn,
-        attributes=attrs,
-        status=status,
-        protocol=PROTOCOL,
-        request_seq=request.tcp_seq,
-        request_pos=request.stream_pos,
-        response_seq=response.tcp_seq if response is not None else None,
-    )
+    span = _new_span(name, kind, request.start_ns, (response or request).end_ns, conn, attrs,
+                     status, PROTOCOL, request.tcp_seq, request.stream_pos,
+                     response.tcp_seq if response is not None else None)
     if request.layer is not None:
         apply_layer(request.layer, _exchange(record, conn, kind), span)
     return [span]
 
 
+_new_span = positional_maker(NeutralSpan, (
+    "name", "kind", "start_ns", "end_ns", "conn", "attributes", "status", "protocol",
+    "request_seq", "request_pos", "response_seq"))
 _last_connection: tuple[ConnInfo | None, Attributes] = (None, {})
 
 
