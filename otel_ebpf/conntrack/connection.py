@@ -23,6 +23,7 @@ from otel_ebpf.telemetry import Stats
 
 from .stream import Chunk, Stream
 
+_tuple_new = tuple.__new__
 INFER_ATTEMPTS = 16  # data events per connection offered to inference before giving up
 FOREVER_NS = 2**63 - 1
 MAX_PARSE_STEPS = 10_000  # per feed: a parser that never advances cannot hang the agent
@@ -129,10 +130,11 @@ class Connection:
               and not stream.buf and not stream.queue and not stream.times
               and not self.resync[direction] and self.frame_start[direction] is None
               and not self.pending[direction]):
-            self._whole(direction, Chunk(pos, end, payload, start_ns, end_ns, seq, tid, task),
-                        stats)
+            # a Chunk of every field, without its __new__'s Python frame
+            self._whole(direction, _tuple_new(Chunk, (pos, end, payload, start_ns, end_ns, seq,
+                                                      tid, task)), stats)
             return
-        stream.add(Chunk(pos, end, payload, start_ns, end_ns, seq, tid, task))
+        stream.add(_tuple_new(Chunk, (pos, end, payload, start_ns, end_ns, seq, tid, task)))
         self._parse(direction, stats)
         self._finish_pending(direction)
 
