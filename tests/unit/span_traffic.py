@@ -16,11 +16,12 @@ import json
 import random
 import sys
 
+from otel_ebpf.protocols.base import Direction, Role
+from otel_ebpf.protocols.registry import Registry
+
 from otel_ebpf.conntrack.table import ConnTable
 from otel_ebpf.correlate import Correlator, assign_ids
 from otel_ebpf.kernel import abi
-from otel_ebpf.protocols.base import Direction, Role
-from otel_ebpf.protocols.registry import Registry
 from otel_ebpf.telemetry import Stats
 
 SEEDS = range(40)

@@ -7,8 +7,9 @@ import dataclasses
 import importlib
 
 import pytest
-from otel_ebpf.correlate import joiner
 from otel_ebpf.protocols.base import ConnInfo, NeutralSpan, positional_maker
+
+from otel_ebpf.correlate import joiner
 
 # the modules, not the package's functions of the same names
 parse = importlib.import_module("otel_ebpf.protocols.http1.parse")
@@ -28,7 +29,7 @@ def _fields(obj) -> dict:
 def test_the_makers_build_what_the_constructors_build(maker, cls):
     names = maker.__code__.co_varnames[: maker.__code__.co_argcount]
     values = [object() for _ in names]
-    made, built = maker(*values), cls(**dict(zip(names, values)))
+    made, built = maker(*values), cls(**dict(zip(names, values, strict=True)))
     assert type(made) is cls
     assert _fields(made) == _fields(built)
     again = maker(*values)

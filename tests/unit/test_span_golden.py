@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 
 import pytest
-from otel_ebpf import _fast
 
+from otel_ebpf import _fast
 from tests.unit import span_traffic
 
 GOLDEN = Path(__file__).parent / "data" / "spans_golden.json.gz"
