@@ -307,7 +307,6 @@ class ProtocolParser(ABC):
         return {}
 
 
-
 def positional_maker(cls: type, names: tuple[str, ...]) -> Callable[..., Any]:
     """A function that builds a `cls` (a slots dataclass without __post_init__) from the
     fields `names`, given in that order, every other field at its default: what
