@@ -23,6 +23,7 @@ from otel_ebpf.telemetry import Stats
 
 from .stream import Chunk, Stream
 
+_tuple_new = tuple.__new__
 INFER_ATTEMPTS = 16  # data events per connection offered to inference before giving up
 FOREVER_NS = 2**63 - 1
 MAX_PARSE_STEPS = 10_000  # per feed: a parser that never advances cannot hang the agent
@@ -125,8 +126,49 @@ class Connection:
             seq = None if seq is None else (seq + end - pos) & 0xFFFFFFFF
             pos, payload = end, tail
             end = pos + len(tail)
-        stream.add(Chunk(pos, end, payload, start_ns, end_ns, seq, tid, task))
+        elif (pos == stream.head and msg_len and len(payload) == msg_len and stream.started
+              and not stream.buf and not stream.queue and not stream.times
+              and not self.resync[direction] and self.frame_start[direction] is None
+              and not self.pending[direction]):
+            # a Chunk of every field, without its __new__'s Python frame
+            self._whole(direction, _tuple_new(Chunk, (pos, end, payload, start_ns, end_ns, seq,
+                                                      tid, task)), stats)
+            return
+        stream.add(_tuple_new(Chunk, (pos, end, payload, start_ns, end_ns, seq, tid, task)))
         self._parse(direction, stats)
+        self._finish_pending(direction)
+
+    def _whole(self, direction: Direction, chunk: Chunk, stats: Stats) -> None:
+        """A syscall's bytes, all captured, right where an empty stream stands (nothing
+        buffered, queued, pending or being resynced): the usual event. The same steps as
+        Stream.add, _parse and _finish_pending, without the stream's bookkeeping when the
+        parser makes one frame of exactly these bytes (else the general loop goes on from
+        the parser's answer)."""
+        stream = self.streams[direction]
+        if chunk.end > stream.known_end:
+            stream.known_end = chunk.end
+        stream.last_end_ns = chunk.end_ns
+        stream.times.append(chunk)  # for time_at while the parser reads
+        view = memoryview(chunk.data)
+        step = self.parser.parse(direction, view, self.state)  # type: ignore[union-attr]
+        view.release()
+        result, frame, consumed = step
+        if result is ParseResult.FRAME and frame is not None \
+                and consumed == chunk.end - chunk.pos:
+            # stamped as _stamp_start and _finish_pending do: first and last byte its own
+            frame.direction, frame.stream_pos = direction, chunk.pos
+            frame.start_ns, frame.tid, frame.task = chunk.start_ns, chunk.tid, chunk.task
+            frame.tcp_seq = None if chunk.tcp_seq is None else chunk.tcp_seq & 0xFFFFFFFF
+            stream.head = chunk.end
+            stream.times.clear()  # prune(head): the chunk ends there
+            frame.end_ns = max(chunk.end_ns, frame.start_ns)
+            frame.size = frame.size or consumed
+            self.state.frames[direction].append(frame)  # type: ignore[union-attr]
+            if self.frames_out is not None:
+                self.frames_out.append((self.info, frame))
+            return
+        stream.buf += chunk.data  # what Stream._fill puts there
+        self._parse(direction, stats, step)
         self._finish_pending(direction)
 
     def _datagram(self, direction: Direction, pos: int, msg_len: int, payload: bytes,
@@ -164,35 +206,42 @@ class Connection:
 
     # ---- parsing -----------------------------------------------------------------
 
-    def _parse(self, direction: Direction, stats: Stats) -> None:
+    def _parse(self, direction: Direction, stats: Stats,
+               first: tuple[ParseResult, Frame | None, int] | None = None) -> None:
+        """Parse what the stream holds; `first`: the parser's answer to the buffer as it
+        stands, already asked (by _whole)."""
         parser, state, stream = self.parser, self.state, self.streams[direction]
         assert parser is not None and state is not None
         poke = False  # the parser stepped over lost bytes: let it end its frame there
         for _ in range(MAX_PARSE_STEPS):
-            if not stream.buf and not poke:
-                if not stream.hole_ahead():
-                    return
-                poke = self._lose_bytes(direction, stats)
-                continue
-            poke = False
-            view = memoryview(stream.buf)
-            if self.resync[direction]:
-                offset = parser.resync(direction, view, state)
-                view.release()
-                if offset is None:
-                    drop = len(stream.buf) - RESYNC_TAIL
-                    if drop > 0:
-                        stream.consume(drop)
-                    elif stream.hole_ahead():
-                        self._lose_bytes(direction, stats)
-                    else:
+            if first is not None:
+                result, frame, consumed = first
+                first = None
+            else:
+                if not stream.buf and not poke:
+                    if not stream.hole_ahead():
                         return
+                    poke = self._lose_bytes(direction, stats)
                     continue
-                stream.consume(offset)
-                self.resync[direction] = False
-                continue
-            result, frame, consumed = parser.parse(direction, view, state)
-            view.release()
+                poke = False
+                view = memoryview(stream.buf)
+                if self.resync[direction]:
+                    offset = parser.resync(direction, view, state)
+                    view.release()
+                    if offset is None:
+                        drop = len(stream.buf) - RESYNC_TAIL
+                        if drop > 0:
+                            stream.consume(drop)
+                        elif stream.hole_ahead():
+                            self._lose_bytes(direction, stats)
+                        else:
+                            return
+                        continue
+                    stream.consume(offset)
+                    self.resync[direction] = False
+                    continue
+                result, frame, consumed = parser.parse(direction, view, state)
+                view.release()
             if result is ParseResult.FRAME and frame is not None:
                 self._frame_done(direction, frame, consumed)
             elif result is ParseResult.NEED_MORE:
@@ -253,7 +302,7 @@ class Connection:
             frame.end_ns = max(end_ns, frame.start_ns)
             frame.size = frame.size or end - frame.stream_pos
             frames.append(frame)
-            pending.popleft()
+            del pending[0]
             if out is not None:
                 out.append((self.info, frame))
         stream.prune(min(stream.head, pending[0][1] - 1) if pending else stream.head)

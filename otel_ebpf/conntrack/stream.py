@@ -3,14 +3,15 @@ missing (never silently glued), and what time and TCP sequence number any byte h
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from otel_ebpf.protocols.base import SmallDeque
 
 
-@dataclass(frozen=True, slots=True)
-class Chunk:
-    """What one syscall moved: bytes [pos, end) of which `data` is the captured prefix."""
+class Chunk(NamedTuple):
+    """What one syscall moved: bytes [pos, end) of which `data` is the captured prefix.
+    A named tuple: immutable, and built about 3x faster than a frozen dataclass (one per
+    data event)."""
 
     pos: int
     end: int
@@ -58,7 +59,7 @@ class Stream:
             c = queue[0]
             buf_end = self.head + len(self.buf)
             if c.end <= buf_end:  # already consumed or skipped
-                queue.popleft()
+                del queue[0]
                 continue
             if c.pos > buf_end:  # a hole: bytes [buf_end, c.pos) never arrived
                 return
@@ -69,7 +70,7 @@ class Stream:
                 queue[0] = Chunk(max(captured_end, buf_end), c.end, b"", c.start_ns,
                                  c.end_ns, None, c.tid, c.task)
                 return
-            queue.popleft()
+            del queue[0]
 
     def hole_ahead(self) -> bool:
         """Bytes are known missing right after buf (so waiting will not fill them)."""
@@ -124,4 +125,4 @@ class Stream:
         """Forget timing of chunks wholly before `keep_from`."""
         times = self.times
         while times and times[0].end <= keep_from:
-            times.popleft()
+            del times[0]

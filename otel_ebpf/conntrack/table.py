@@ -72,23 +72,30 @@ class ConnTable:
         spans: list[NeutralSpan] = []
         stats = self.stats
         payload_bytes = 0  # counted once per batch: Stats.add takes a lock
+        registry, conns, touched = self.registry, self.conns, self.touched
+        last_read = self.last_read
         for ev in events:
             if type(ev) is abi.DataEvent:
-                conn = self.conns.get(ev.key)
+                (key, tid, enter_ns, exit_ns, direction, pos, msg_len, tcp_seq, payload, peer,
+                 task, tail, tls) = ev
+                conn = conns.get(key)
                 if conn is None:  # its open event was lost: track it with what we know
                     conn = self._open(self._anonymous(ev))
                 else:
-                    self.conns.move_to_end(ev.key)
-                payload_bytes += len(ev.payload) + len(ev.tail)
-                conn.on_data(ev.direction, ev.pos, ev.msg_len, ev.payload, ev.enter_ns,
-                             ev.exit_ns, ev.tcp_seq, self.registry, stats, tid=ev.tid,
-                             task=ev.task, tail=ev.tail, tls=ev.tls, peer=ev.peer)
-                self.touched.add(ev.key)
+                    conns.move_to_end(key)
+                payload_bytes += len(payload) + len(tail)
+                conn.on_data(direction, pos, msg_len, payload, enter_ns, exit_ns, tcp_seq,
+                             registry, stats, tid, task, tail, tls, peer)
+                touched.add(key)
                 if conn.unparsed and not conn.muted:
                     conn.muted = True
-                    self.to_mute.append(ev.key)
-                if ev.direction is Direction.INGRESS:
-                    self._note_read(ev)
+                    self.to_mute.append(key)
+                if direction is Direction.INGRESS:
+                    # what a thread read last: a loop callback creating a task works on it
+                    last_read[tid] = LastRead(key, pos, pos + msg_len, exit_ns)
+                    last_read.move_to_end(tid)
+                    if len(last_read) > LAST_READ_THREADS:
+                        last_read.popitem(last=False)
             elif type(ev) is abi.TaskNew:
                 self.observed.append((ev, self.last_read.get(ev.tid)))
             elif type(ev) is abi.ConnOpen:
@@ -112,13 +119,6 @@ class ConnTable:
             spans += self.evicted_spans
             self.evicted_spans = []
         return spans
-
-    def _note_read(self, ev: abi.DataEvent) -> None:
-        """What a thread read last: a loop callback creating a task works on that read."""
-        self.last_read[ev.tid] = LastRead(ev.key, ev.pos, ev.pos + ev.msg_len, ev.exit_ns)
-        self.last_read.move_to_end(ev.tid)
-        if len(self.last_read) > LAST_READ_THREADS:
-            self.last_read.popitem(last=False)
 
     def _anonymous(self, ev: abi.DataEvent) -> Connection:
         pid, fd, gen = ev.key

@@ -34,6 +34,7 @@ from otel_ebpf.protocols.base import (
     Role,
     SpanKind,
     SpanLink,
+    positional_maker,
 )
 from otel_ebpf.telemetry import Stats
 
@@ -73,6 +74,11 @@ class Request:
     decided: bool = True  # False while a server request waits for its client's write
     matched: bool = False  # a client request whose server end was seen here
     links: list[SpanLink | _PendingLink] = field(default_factory=list)
+
+
+_new_request = positional_maker(Request, (
+    "span_id", "conn_key", "stream_pos", "pid", "tid", "task", "exchange", "role", "start_ns",
+    "ready_ns", "seen_ns", "wire_key", "carrier"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +158,7 @@ class Correlator:
         # asyncio task (pid, address) -> the read whose loop callback created it
         self.task_reads: OrderedDict[tuple[int, int], TaskRead] = OrderedDict()
         self.held: list[tuple[NeutralSpan, Request]] = []
+        self.decided: dict[str, int] = {}  # spans settled by evidence, not yet in stats
 
     # ---- requests, as they are made --------------------------------------------------
 
@@ -176,26 +183,36 @@ class Correlator:
     def _frame(self, conn: ConnInfo, frame: Frame, now_ns: int) -> None:
         if conn.transport == "datagram":
             return  # messages, not requests: their spans carry a message_id instead
-        is_request = (frame.direction == Direction.EGRESS) == (conn.role == Role.CLIENT)
+        role = conn.role
+        is_request = (frame.direction == Direction.EGRESS) == (role == Role.CLIENT)
         if not is_request:
-            if conn.role == Role.SERVER:
+            if role == Role.SERVER:
                 self._server_answers(conn, frame)
             return
-        req = Request(
-            span_id=random_id(8), conn_key=conn.key, stream_pos=frame.stream_pos,
-            pid=conn.pid, tid=frame.tid, task=frame.task, exchange=frame.exchange,
-            role=conn.role, start_ns=frame.start_ns, ready_ns=frame.end_ns, seen_ns=now_ns,
-            wire_key=wire_key(conn, frame), carrier=frame.carrier,
-        )
-        self._remember((conn.key, frame.stream_pos), req)
-        context = parse_traceparent(frame.carrier.get("traceparent", ""))
-        if context is not None:
-            req.remote_parent, req.evidence = context, "traceparent"
-        if conn.role == Role.SERVER:
+        conn_key = (conn.pid, conn.fd, conn.generation)
+        seq = frame.tcp_seq
+        if seq is None or not conn.remote_port:  # wire_key, inline
+            key = None
+        elif role == Role.SERVER:
+            key = (conn.remote_addr, conn.remote_port, conn.local_addr, conn.local_port, seq)
+        else:
+            key = (conn.local_addr, conn.local_port, conn.remote_addr, conn.remote_port, seq)
+        carrier = frame.carrier
+        req = _new_request(random_id(8), conn_key, frame.stream_pos, conn.pid, frame.tid,
+                           frame.task, frame.exchange, role, frame.start_ns, frame.end_ns,
+                           now_ns, key, carrier)
+        self._remember((conn_key, frame.stream_pos), req)
+        if carrier:
+            traceparent = carrier.get("traceparent")
+            context = None if traceparent is None else parse_traceparent(traceparent)
+            if context is not None:
+                req.remote_parent, req.evidence = context, "traceparent"
+        if role == Role.SERVER:
             self._server_request(req)
         else:
             self._client_request(req)
-        self._link_by_id(req)
+        if carrier:
+            self._link_by_id(req)
 
     def _remember(self, key: tuple[tuple[int, int, int], int], req: Request) -> None:
         self.requests[key] = req
@@ -368,13 +385,18 @@ class Correlator:
 
     def _release(self, force: bool) -> list[NeutralSpan]:
         ready: list[NeutralSpan] = []
-        still: list[tuple[NeutralSpan, Request]] = []
-        for span, req in self.held:
-            if self._settle(span, req) or force:
-                ready.append(span)
-            else:
-                still.append((span, req))
-        self.held = still
+        if self.held:
+            still: list[tuple[NeutralSpan, Request]] = []
+            for span, req in self.held:
+                if self._settle(span, req) or force:
+                    ready.append(span)
+                else:
+                    still.append((span, req))
+            self.held = still
+        if self.decided:
+            for evidence, n in self.decided.items():
+                self.stats.add("correlation.decided", n, evidence=evidence)
+            self.decided.clear()
         return ready
 
     def _settle(self, span: NeutralSpan, req: Request) -> bool:
@@ -389,7 +411,8 @@ class Correlator:
             span.parent_span_id = req.remote_parent[1]
         if req.evidence:
             span.attributes[ATTRIBUTE] = req.evidence
-            self.stats.add("correlation.decided", evidence=req.evidence)
+            decided = self.decided  # added to stats once per call (Stats.add locks)
+            decided[req.evidence] = decided.get(req.evidence, 0) + 1
         for link in req.links:
             if isinstance(link, _PendingLink):
                 target = link.target

@@ -22,6 +22,7 @@ from ..base import (
     ParserState,
     Role,
     SmallDeque,
+    positional_maker,
 )
 from ..layers import Body as BodyCapture
 from ..layers import HTTPLayer, first_wanting
@@ -150,6 +151,15 @@ class HTTPResponse(HTTPMessage):
     interim: tuple[int, ...] = ()  # 1xx codes received before this final response
 
 
+# the frames of heads the compiled parser read, built without keyword calls (4x faster)
+_new_request = positional_maker(HTTPRequest, (
+    "direction", "method", "target", "layer", "body", "index", "carrier", "version",
+    "headers", "host", "user_agent", "content_type", "upgrade"))
+_new_response = positional_maker(HTTPResponse, (
+    "direction", "status", "reason", "index", "interim", "upgraded", "layer", "body",
+    "carrier", "version", "headers", "host", "user_agent", "content_type", "upgrade"))
+
+
 class Sent(NamedTuple):
     """A request whose head was seen, waiting for its response's head."""
 
@@ -231,6 +241,7 @@ class HTTP1State(ParserState):
         "next_index",
         "orphan_responses",
         "requests",
+        "responses",
         "sent",
         "streams",
         "switch_pending",
@@ -249,6 +260,7 @@ class HTTP1State(ParserState):
                           else _fast_kept(carrier_names))
         # a client writes its requests, a server reads them
         self.requests = Direction.INGRESS if conn.role == Role.SERVER else Direction.EGRESS
+        self.responses = self.requests.opposite
         self.streams = (_Stream(), _Stream())
         self.sent = SmallDeque()  # at most SENT_LIMIT
         self.next_index = 0
@@ -365,32 +377,48 @@ def _request_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) -> 
     fast = state.fast_kept is not None and _fast.http1.head(buf, True, state.fast_kept)
     if fast:  # a plain head, parsed in C (otel_ebpf/_fast/http1.c): what llhttp would say
         _, end, method, target, version, carrier, host, agent, ctype, clen = fast
-        body, length = (Body.LENGTH, clen) if clen >= 0 else (None, 0)
-        fields = {"carrier": carrier, "version": version, "headers": {}, "host": host,
-                  "user_agent": agent, "content_type": ctype, "upgrade": ""}
-        switch = False  # no Upgrade header, no CONNECT: those heads are llhttp's
-    else:
-        span = _head_span(buf, _ANY_REQUEST_LINE, _ANY_REQUEST_CUT)
-        if span is INVALID and state.switch_pending:
-            # the new protocol, seen before the answer that allowed it
-            s.size += len(buf)
-            return NEED, None, len(buf)
-        if not isinstance(span, tuple):
-            return span, None, 0
-        start, end = span
-        read = _read_head(httptools.HttpRequestParser, buf[start:end], state.kept_headers)
-        if read is None:
-            return INVALID, None, 0
-        head, parser = read
-        body, length = _transfer(head)
-        if body is Body.UNTIL_CLOSE:
-            # a request body is never delimited by the close (RFC 9112 §6.3)
-            return INVALID, None, 0
-        method = parser.get_method().decode("ascii", "replace")
-        target = head.url.decode("latin-1")
-        fields = _message_fields(head, parser.get_http_version(), capture_headers,
-                                 state.carrier_names)
-        switch = parser.should_upgrade()  # Upgrade + Connection: upgrade, or CONNECT
+        layer = first_wanting(state.layers, method, target) if state.layers else None
+        index = state.next_index
+        request = _new_request(
+            state.requests, method, target, layer,
+            None if layer is None else BodyCapture(limit=layer.body_limit), index,
+            carrier, version, {}, host, agent, ctype, "")
+        state.next_index = index + 1
+        sent = state.sent
+        if len(sent) >= SENT_LIMIT:
+            del sent[0]
+        # no Upgrade header, no CONNECT: those heads are llhttp's, so no switch
+        sent.append(Sent(index, method, False, layer))
+        if layer is None:  # skipped by length, as _start_body does
+            if clen >= 0:
+                request.body_size = clen
+                end += clen
+            request.size = s.size + end
+            s.reset()
+            return FRAME, request, end
+        body, length = (Body.LENGTH, clen) if clen >= 0 else (Body.NONE, 0)
+        return _start_body(s, request, end, body, length)
+    span = _head_span(buf, _ANY_REQUEST_LINE, _ANY_REQUEST_CUT)
+    if span is INVALID and state.switch_pending:
+        # the new protocol, seen before the answer that allowed it
+        s.size += len(buf)
+        return NEED, None, len(buf)
+    if not isinstance(span, tuple):
+        return span, None, 0
+    start, end = span
+    read = _read_head(httptools.HttpRequestParser, buf[start:end], state.kept_headers)
+    if read is None:
+        return INVALID, None, 0
+    head, parser = read
+    body, length = _transfer(head)
+    if body is Body.UNTIL_CLOSE:
+        # a request body is never delimited by the close (RFC 9112 §6.3)
+        return INVALID, None, 0
+    method = parser.get_method().decode("ascii", "replace")
+    target = head.url.decode("latin-1")
+    fields = _message_fields(head, parser.get_http_version(), capture_headers,
+                             state.carrier_names)
+    switch = parser.should_upgrade()  # Upgrade + Connection: upgrade, or CONNECT
     layer = first_wanting(state.layers, method, target) if state.layers else None
     request = HTTPRequest(
         direction=state.requests,
@@ -422,23 +450,52 @@ def _response_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) ->
     fast = state.fast_kept is not None and _fast.http1.head(buf, False, state.fast_kept)
     if fast:  # a plain head, parsed in C (otel_ebpf/_fast/http1.c): what llhttp would say
         _, end, status, reason, version, carrier, host, agent, ctype, clen = fast
-        declared, length = (Body.LENGTH, clen) if clen >= 0 else (None, 0)
-        fields = {"carrier": carrier, "version": version, "headers": {}, "host": host,
-                  "user_agent": agent, "content_type": ctype, "upgrade": ""}
-    else:
-        span = _head_span(buf, _ANY_STATUS_LINE, _ANY_STATUS_CUT)
-        if not isinstance(span, tuple):
-            return span, None, 0
-        start, end = span
-        read = _read_head(httptools.HttpResponseParser, buf[start:end], state.kept_headers)
-        if read is None:
-            return INVALID, None, 0
-        head, parser = read
-        status = parser.get_status_code()
-        reason = head.reason.decode("latin-1")
-        declared, length = _transfer(head)
-        fields = _message_fields(head, parser.get_http_version(), capture_headers,
-                                 state.carrier_names)
+        if 100 <= status < 200 and status != 101:  # interim: see below
+            s.interim += (status,)
+            s.size += end
+            return NEED, None, end
+        sent = state.sent
+        sent = sent.pop(0) if sent else _UNKNOWN_REQUEST
+        if sent.index > state.answered:
+            state.answered = sent.index
+        if state.switch_pending:
+            state.switch_pending = any(r.switch for r in state.sent)
+        # _response_body, in its order
+        if sent.method == "HEAD" or status == 204 or status == 304:
+            body = Body.NONE
+        elif status == 101 or (sent.method == "CONNECT" and 200 <= status < 300):
+            body = Body.TUNNEL
+        elif clen >= 0:
+            body = Body.LENGTH
+        else:
+            body = Body.UNTIL_CLOSE
+        layer = sent.layer
+        response = _new_response(
+            state.responses, status, reason, sent.index, s.interim, body is Body.TUNNEL,
+            layer, None if layer is None else BodyCapture(limit=layer.body_limit),
+            carrier, version, {}, host, agent, ctype, "")
+        state.tunnel = body is Body.TUNNEL
+        if layer is None and body is not Body.UNTIL_CLOSE:  # as _start_body does
+            if body is Body.LENGTH:
+                response.body_size = clen
+                end += clen
+            response.size = s.size + end
+            s.reset()
+            return FRAME, response, end
+        return _start_body(s, response, end, body, clen if body is Body.LENGTH else 0)
+    span = _head_span(buf, _ANY_STATUS_LINE, _ANY_STATUS_CUT)
+    if not isinstance(span, tuple):
+        return span, None, 0
+    start, end = span
+    read = _read_head(httptools.HttpResponseParser, buf[start:end], state.kept_headers)
+    if read is None:
+        return INVALID, None, 0
+    head, parser = read
+    status = parser.get_status_code()
+    reason = head.reason.decode("latin-1")
+    declared, length = _transfer(head)
+    fields = _message_fields(head, parser.get_http_version(), capture_headers,
+                             state.carrier_names)
     if 100 <= status < 200 and status != 101:
         # interim (100 Continue, 103 Early Hints): part of the exchange, the answer follows
         s.interim += (status,)
@@ -450,7 +507,7 @@ def _response_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) ->
         state.switch_pending = any(r.switch for r in state.sent)
     body = _response_body(status, sent.method, declared)
     response = HTTPResponse(
-        direction=state.requests.opposite,
+        direction=state.responses,
         status=status,
         reason=reason,
         index=sent.index,

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 from urllib.parse import urlsplit
 
-from ..base import AttributeValue, ConnInfo, NeutralSpan, Role, SpanKind, StatusCode
+from ..base import (
+    AttributeValue,
+    ConnInfo,
+    NeutralSpan,
+    Role,
+    SpanKind,
+    StatusCode,
+    positional_maker,
+)
 from ..layers import HTTPExchange, apply_layer
 from .parse import HTTPRequest, HTTPResponse, is_secret
 from .stitch import HTTPRecord
@@ -20,12 +29,44 @@ Attributes = dict[str, AttributeValue]
 
 def to_spans(record: HTTPRecord, conn: ConnInfo, capture_headers: bool = False) -> list[NeutralSpan]:
     request, response = record.request, record.response
-    kind = SpanKind.SERVER if conn.role == Role.SERVER else SpanKind.CLIENT
-    attrs: Attributes = {}
-    name = _method(request.method, attrs)
-    _connection(conn, attrs)
-    _url(request.target, attrs, scheme_of(conn))
-    _SIDES[kind](request, conn, attrs)
+    server = conn.role == Role.SERVER
+    kind = SpanKind.SERVER if server else SpanKind.CLIENT
+    # the attributes in the order the helpers below set them (_method, _connection, _url,
+    # the side's, _message), each helper inlined where the common case is plain
+    method = request.method
+    if method in KNOWN_METHODS:
+        name = method
+        attrs: Attributes = {"http.request.method": method}
+    else:
+        name = "HTTP"
+        attrs = {"http.request.method": "_OTHER", "http.request.method_original": method}
+    attrs.update(_connection_attributes(conn))
+    target = request.target
+    scheme = "https" if conn.tls else "http"
+    if target.startswith("/"):  # origin form: _url's first branch
+        path, mark, query = target.partition("?")
+        attrs["url.scheme"] = scheme
+        if path:
+            attrs["url.path"] = path
+        if mark:
+            attrs["url.query"] = _redacted(query)
+    else:
+        path = mark = query = ""
+        _url(target, attrs, scheme)
+    if server:
+        _server_side(request, conn, attrs)
+    else:
+        host = _host_port(request.host)[0]
+        attrs["server.address"] = host or conn.remote_addr
+        if conn.remote_port:
+            attrs["server.port"] = conn.remote_port
+        if target.startswith("/"):  # _full_url's origin-form case
+            authority = request.host or _authority(conn)
+            full = f"{scheme}://{authority}{path}{mark}{_redacted(query) if mark else ''}"
+        else:
+            full = _full_url(request, conn)
+        if full:
+            attrs["url.full"] = full
     _message(request, response, attrs)
     if capture_headers:
         _headers("http.request.header.", request, attrs)
@@ -34,22 +75,31 @@ def to_spans(record: HTTPRecord, conn: ConnInfo, capture_headers: bool = False) 
     status, error = _status(record, kind)
     if error:
         attrs["error.type"] = error
-    span = NeutralSpan(
-        name=name,
-        kind=kind,
-        start_ns=request.start_ns,
-        end_ns=(response or request).end_ns,
-        conn=conn,
-        attributes=attrs,
-        status=status,
-        protocol=PROTOCOL,
-        request_seq=request.tcp_seq,
-        request_pos=request.stream_pos,
-        response_seq=response.tcp_seq if response is not None else None,
-    )
+    span = _new_span(name, kind, request.start_ns, (response or request).end_ns, conn, attrs,
+                     status, PROTOCOL, request.tcp_seq, request.stream_pos,
+                     response.tcp_seq if response is not None else None)
     if request.layer is not None:
         apply_layer(request.layer, _exchange(record, conn, kind), span)
     return [span]
+
+
+_new_span = positional_maker(NeutralSpan, (
+    "name", "kind", "start_ns", "end_ns", "conn", "attributes", "status", "protocol",
+    "request_seq", "request_pos", "response_seq"))
+_last_connection: tuple[ConnInfo | None, Attributes] = (None, {})
+
+
+def _connection_attributes(conn: ConnInfo) -> Attributes:
+    """What _connection sets, kept for the last connection asked about: a connection's
+    spans are built one after the other (copy it, never change it)."""
+    global _last_connection
+    last = _last_connection
+    if last[0] is conn:
+        return last[1]
+    attrs: Attributes = {}
+    _connection(conn, attrs)
+    _last_connection = (conn, attrs)
+    return attrs
 
 
 def _exchange(record: HTTPRecord, conn: ConnInfo, kind: SpanKind) -> HTTPExchange:
@@ -118,6 +168,11 @@ def _url(target: str, attrs: Attributes, conn_scheme: str = "http") -> None:
         attrs["url.query"] = redact_query(query)
 
 
+@functools.lru_cache(maxsize=1024)  # queries repeat (a poller's, a health check's)
+def _redacted(query: str) -> str:
+    return redact_query(query)
+
+
 def redact_query(query: str) -> str:
     """Replace the values of sensitive query parameters by REDACTED (semconv url.query)."""
     params = query.split("&")
@@ -129,6 +184,7 @@ def redact_query(query: str) -> str:
     return "&".join(params)
 
 
+@functools.lru_cache(maxsize=1024)  # Host headers repeat: split each once
 def _host_port(authority: str) -> tuple[str, int | None]:
     """Split a Host header ("h", "h:8080", "[::1]:80") into host and port."""
     if authority.startswith("["):

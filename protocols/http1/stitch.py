@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..base import Record
+from ..base import Record, positional_maker
 from .parse import HTTP1State, HTTPRequest, HTTPResponse
 
 
@@ -19,6 +19,9 @@ class HTTPRecord(Record):
     error: str | None = None
 
 
+_new_record = positional_maker(HTTPRecord, ("request", "response"))
+
+
 def stitch(state: HTTP1State, now_ns: int, timeout_ns: int) -> list[HTTPRecord]:
     requests = state.frames[state.requests]
     responses = state.frames[state.requests.opposite]
@@ -26,7 +29,7 @@ def stitch(state: HTTP1State, now_ns: int, timeout_ns: int) -> list[HTTPRecord]:
     while responses:
         response = responses[0]
         if requests and requests[0].index == response.index:
-            records.append(HTTPRecord(request=requests.popleft(), response=responses.popleft()))
+            records.append(_new_record(requests.pop(0), responses.pop(0)))
         elif requests and requests[0].index < response.index:
             # HTTP/1 answers in order: a later answer means this one was lost
             records.append(HTTPRecord(request=requests.popleft()))

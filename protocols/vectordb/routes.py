@@ -156,6 +156,11 @@ MATCHERS: Mapping[str, Callable[[str, str, str], Target | None]] = {
 }
 
 
+# every path a matcher above can take starts with one of these
+_PREFIXES = ("/api/v1/collections", "/api/v2/tenants/", "/collections/", "/v1/graphql",
+             "/v1/batch/objects", "/v1/objects", "/v2/vectordb/entities/")
+
+
 class Routes:
     """Path recognition; `system` restricts it to one vendor (and so forces that vendor
     for every path of its shape)."""
@@ -166,6 +171,8 @@ class Routes:
         self.matchers = [MATCHERS[system]] if system else list(MATCHERS.values())
 
     def target(self, method: str, target: str) -> Target | None:
+        if target.startswith("/") and not target.startswith(_PREFIXES):
+            return None  # the path (a prefix of the target) is none of the shapes above
         path, _, query = target.partition("?")
         if "://" in path and not path.startswith("/"):  # absolute form, sent to a proxy
             path = "/" + path.split("://", 1)[1].partition("/")[2]
