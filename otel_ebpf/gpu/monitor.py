@@ -75,6 +75,7 @@ class GpuMonitor:
         without frame pointers."""
         self.tracer = tracer
         self.unwinder = unwinder
+        self._unwinding: set[int] = set()  # processes given to the unwinder
         self.ledger = MemoryLedger()
         # two symbolizers, one per thread: the drain thread's names Python frames on
         # arrival (fast); the export thread's names native frames, which first reads the
@@ -115,14 +116,17 @@ class GpuMonitor:
         that uses CUDA (or may: a Python process loads libcuda late, at torch.cuda init),
         so its first allocation is walked."""
         self.tracer.probes.scan_all(self._proc_root)
-        for pid in self.tracer.probes.covered_pids | set(self._first_seen):
+        using = self.tracer.probes.covered_pids | set(self._first_seen)
+        self._unwinding &= using  # the others ended (the unwinder dropped them itself)
+        for pid in using:
             self.symbolizer.process(pid)
             self._unwind(pid)
 
     def _unwind(self, pid: int) -> None:
         """Unwind tables for a process that uses CUDA (built in the background; until
         they are in, its stacks are frame-pointer walks)."""
-        if self.unwinder is not None and not self.unwinder.has(pid):
+        if self.unwinder is not None and pid not in self._unwinding:
+            self._unwinding.add(pid)
             try:
                 self.unwinder.add(pid, announce=True)
             except Exception as exc:
@@ -315,6 +319,7 @@ class GpuMonitor:
         for pid in ended:
             if self.unwinder is not None:
                 self.unwinder.remove(pid)
+                self._unwinding.discard(pid)
             self._natives.forget(pid)
             self.ledger.end(pid)
             del self._first_seen[pid]

@@ -72,7 +72,7 @@ class Unwinder:
         # processes whose readiness is logged at info (the GPU monitor's: few, and what a
         # user waits for), and what was last said of each
         self._announce: set[int] = set()
-        self._announced: dict[int, tuple] = {}
+        self._announced: dict[int, tuple | str] = {}
         self._plock = threading.RLock()  # _procs and what hangs on it: two callers' threads
         self._thread = threading.Thread(target=self._build_loop, name="otel-ebpf-unwind",
                                         daemon=True)
@@ -84,11 +84,14 @@ class Unwinder:
         """Build and hand over the tables of `pid`'s files; `announce`: say at info when
         they are all in (each time its files change)."""
         with self._plock:
+            first = announce and pid not in self._announce
             if announce:
                 self._announce.add(pid)
             if pid not in self._procs:
                 self._procs[pid] = (ProcessMaps(pid), 0.0, frozenset())
                 self._scan(pid)
+            elif first:  # added by another user before: say its state now
+                self._push(pid)
 
     def tick(self) -> None:
         """Look again at the processes whose mappings may have changed (bounded rate)."""
@@ -102,11 +105,11 @@ class Unwinder:
         with self._plock:
             self._announce.discard(pid)
             self._announced.pop(pid, None)
-            if self._procs.pop(pid, None) is not None:
-                try:
-                    self._forget(pid)
-                except Exception as exc:
-                    self.fail("unwind", type(exc).__name__)
+            self._procs.pop(pid, None)  # maybe dropped already, when its maps went
+            try:
+                self._forget(pid)  # the kernel's entry either way
+            except Exception as exc:
+                self.fail("unwind", type(exc).__name__)
 
     def has(self, pid: int) -> bool:
         with self._plock:
@@ -122,6 +125,8 @@ class Unwinder:
         maps, _, known = self._procs[pid]
         if not maps.refresh():
             self._procs.pop(pid, None)  # gone
+            self._announce.discard(pid)
+            self._announced.pop(pid, None)
             return
         files = frozenset((m.start, m.end, m.offset, m.path) for m in maps.maps
                           if m.executable and m.is_file)
@@ -179,12 +184,24 @@ class Unwinder:
         except Exception as exc:  # the process map full: frame pointers for it
             self.fail("unwind", type(exc).__name__)
             return
-        if not waiting and pid in self._announce:
-            said = tuple(m[:2] for m in out)
-            if self._announced.get(pid) != said:
-                self._announced[pid] = said
-                log.info("unwind tables in for pid %d: %d mappings, %d rows", pid, len(out),
-                         sum(m[4] for m in out))
+        if pid in self._announce:
+            self._say(pid, out, waiting)
+
+    def _say(self, pid: int, out: list, waiting: int) -> None:
+        """At most two lines per change of a process's files: tables being built for it,
+        then all of them in. The last line said of a process is its state."""
+        said = self._announced.get(pid)
+        if waiting:
+            if said is None or said != "waiting":
+                self._announced[pid] = "waiting"
+                log.info("unwind tables for pid %d: %d files waiting for their tables", pid,
+                         waiting)
+            return
+        now = tuple(m[:2] for m in out)
+        if said != now:
+            self._announced[pid] = now
+            log.info("unwind tables in for pid %d: %d mappings, %d rows", pid, len(out),
+                     sum(m[4] for m in out))
 
     def _bias(self, host: str, start: int, offset: int) -> int | None:
         segs = self._segments.get(host)
