@@ -66,7 +66,7 @@ __noinline int uw_map_index(struct unwind_proc *p, __u64 addr)
 	__u32 lo = 0, hi = p->n;
 	if (hi > UNWIND_MAX_MAPS)
 		hi = UNWIND_MAX_MAPS;
-	for (int i = 0; i < 7 && lo < hi; i++) {
+	for (int i = 0; i < UNWIND_MAP_SEARCH_STEPS && lo < hi; i++) {
 		__u32 mid = (lo + hi) / 2;
 		struct unwind_map *m = &p->m[mid & (UNWIND_MAX_MAPS - 1)];
 		if (addr < m->start)

@@ -19,7 +19,7 @@ BPF_MAP_TYPE_ARRAY = 2
 BPF_F_MMAPABLE = 1 << 10
 
 UNWIND_ROW_SIZE = 8       # struct unwind_row
-UNWIND_MAX_MAPS = 64      # UNWIND_MAX_MAPS
+UNWIND_MAX_MAPS = 256     # UNWIND_MAX_MAPS
 UNWIND_MAP_SIZE = 32      # struct unwind_map
 UNWIND_PROC_SIZE = 8 + UNWIND_MAX_MAPS * UNWIND_MAP_SIZE  # struct unwind_proc
 MAX_PROCS = 1024          # PROF_MAX_TARGETS: processes with tables at once

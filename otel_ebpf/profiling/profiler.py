@@ -127,7 +127,10 @@ class CpuProfiler:
     def _unwind(self, pid: int) -> None:
         if self.unwinder is not None:
             try:
-                self.unwinder.add(pid)
+                # processes chosen by pid or name are few: when their tables are in is
+                # said at info; a host-wide profile's processes are not
+                self.unwinder.add(pid, announce=bool(self.settings.pids
+                                                     or self.settings.process_names))
             except Exception as exc:
                 self.symbolizer.fail("unwind", type(exc).__name__)
 
