@@ -224,7 +224,7 @@ class CpuSampler:
     def write_rows(self, start: int, rows: bytes) -> None:
         """Unwind rows (struct unwind_row each) into the kernel's array from index `start`."""
         if self.unwind is None:
-            raise BPFError("unwind rows beyond the table's size")
+            raise BPFError("no unwind tables")
         self.unwind.write_rows(start, rows)
 
     def set_unwind_maps(self, pid: int, maps: list[tuple[int, int, int, int, int]]) -> None:

@@ -80,10 +80,6 @@ class UnwindMaps:
     def forget(self, pid: int) -> None:
         lib.bpf_map_delete_elem(self.procs_fd, pid.to_bytes(4, "little"))
 
-    def has(self, pid: int) -> bool:
-        out = ctypes.create_string_buffer(UNWIND_PROC_SIZE)
-        return lib.bpf_map_lookup_elem(self.procs_fd, pid.to_bytes(4, "little"), out) == 0
-
     def close(self) -> None:
         """The maps live on while a loaded program still uses them."""
         if self.mem is not None:
