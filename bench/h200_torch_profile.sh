@@ -181,6 +181,9 @@ for pat in ("unwind tables in for pid", "files waiting for their tables", "table
             "Traceback", "ERROR", "WARNING", "GPU memory profiling:", "runs CPython"):
     lines = [line for line in log.splitlines() if pat in line]
     print(f"'{pat}': {len(lines)}" + (f"  (last: {lines[-1][-200:]})" if lines else ""))
+totals = dict(re.findall(r"otel_ebpf\.(gpu\.[\w.]+|profiles\.[\w.]+)\s*\S\s*(\d+)", log))
+print("agent totals at exit: " + (", ".join(f"{k} {v}" for k, v in sorted(totals.items()))
+                                  or "none found"))
 gpu_lines = [line for line in log.splitlines() if " GPU pid " in line]
 print(f"GPU lines: {len(gpu_lines)}")
 for line in gpu_lines[:8]:

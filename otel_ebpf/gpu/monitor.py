@@ -306,6 +306,8 @@ class GpuMonitor:
         kernel = self.tracer.kernel_counters()
         self._stats.set_total("gpu.kernel.drops", kernel["ringbuf_drops"])
         self._stats.set_total("gpu.libraries", len(self.tracer.probes.attached))
+        if self.unwinder is not None:
+            self._stats.set_total("gpu.stacks.unwound", kernel["unwind_stacks"])
 
     def _forget_ended(self) -> None:
         ended = {pid for pid in self._first_seen

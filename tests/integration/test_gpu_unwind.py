@@ -9,6 +9,7 @@ Python allocation site is named either way."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -111,6 +112,9 @@ def test_allocation_stack_crosses_code_without_frame_pointers(start_agent, tmp_p
         assert any("ffi_call" in f for f in stack[i:]), stack
         assert _python_named(stack), stack
     assert "allocation stacks by unwind tables" in log
+    # the agent's totals at exit: the allocation was walked with the tables
+    unwound = re.search(r"otel_ebpf\.gpu\.stacks\.unwound\D+(\d+)", log)
+    assert unwound and int(unwound.group(1)) >= 1, log[-2000:]
 
 
 def test_without_unwind_tables_the_library_frames_are_lost(start_agent, tmp_path, libs):
@@ -122,3 +126,5 @@ def test_without_unwind_tables_the_library_frames_are_lost(start_agent, tmp_path
         assert "nofp_allocator_reserve" not in stack, stack
         assert _python_named(stack), stack
     assert "allocation stacks by frame pointers" in log
+    unwound = re.search(r"otel_ebpf\.gpu\.stacks\.unwound\D+(\d+)", log)
+    assert unwound is None or unwound.group(1) == "0"
