@@ -107,14 +107,23 @@ if ! wait_for "$OUT/train.log" "^WARM " 300 "$TRAIN_PID"; then
   say "the trainer did not warm up"; tail -20 "$OUT/train.log" >&2; exit 1
 fi
 say "trainer warm (pid $TRAIN_PID)"
-# the agent looks at a process's mappings every 2 s: after 4 s it has seen the libraries
-# the warm-up loaded (cuBLAS), and the last line it logged of the process says its state
+# the agent looks at a process's mappings every 2 s (later on a busy machine), and the
+# last line it logged of the process says its state: tables are in when that line says
+# so and has stayed the last for 8 s (the libraries the warm-up loaded, cuBLAS, seen)
 sleep 4
 end=$(( $(date +%s) + WAIT_TABLES_S ))
 tables=timeout
+stable=0
+prev=
 while [ "$(date +%s)" -lt "$end" ] && kill -0 "$TRAIN_PID" 2>/dev/null; do
   last=$(grep "unwind tables .*pid $TRAIN_PID:" "$OUT/agent.log" | tail -1)
-  case "$last" in *"unwind tables in for pid $TRAIN_PID:"*) tables=in; break;; esac
+  case "$last" in
+    *"unwind tables in for pid $TRAIN_PID:"*)
+      if [ "$last" = "$prev" ]; then stable=$((stable + 1)); else stable=0; fi;;
+    *) stable=0;;
+  esac
+  prev=$last
+  [ "$stable" -ge 8 ] && { tables=in; break; }
   sleep 1
 done
 say "unwind tables: $tables (${last:-no line})"
@@ -127,7 +136,7 @@ wait "$TRAIN_PID"; say "trainer exited ($?)"; TRAIN_PID=
 want=cpu; [ "$DEVICE" = cuda ] && want=gpu
 end=$(( $(date +%s) + 120 ))
 while [ "$(date +%s)" -lt "$end" ]; do
-  cat "$WORK"/profiles/$want-*.folded 2>/dev/null | grep -q train_mlp && break
+  grep -qs train_mlp "$WORK"/profiles/$want-*.folded && break  # no pipe: pipefail
   sleep 2
 done
 sleep 6  # the CPU samples wait a little longer for their span links

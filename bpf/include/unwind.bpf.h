@@ -2,7 +2,7 @@
 /* The user stack of the current thread walked with unwind tables (docs/decisions.md §25,
  * §26): CPU samples (profile.bpf.c) and GPU allocations (cuda.bpf.c) include this; the
  * agent creates the two table maps once and both objects reuse them (bpf_map__reuse_fd).
- * code built without frame pointers (libtorch, MKL, Debian's CPython) is stepped over by
+ * Code built without frame pointers (libtorch, MKL, Debian's CPython) is stepped over by
  * its call frame information, compiled by the agent into rows (struct unwind_row, one
  * array for every file, `unwind_rows`, written by user space through mmap) and a list of
  * each process's mappings that have rows (`unwind_procs`). Where no row covers an

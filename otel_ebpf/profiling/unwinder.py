@@ -123,13 +123,13 @@ class Unwinder:
 
     def _scan(self, pid: int) -> None:
         maps, _, known = self._procs[pid]
-        if not maps.refresh():
-            self._procs.pop(pid, None)  # gone
+        files = frozenset((m.start, m.end, m.offset, m.path) for m in maps.maps
+                          if m.executable and m.is_file) if maps.refresh() else frozenset()
+        if not files:  # gone (an exiting process's maps read empty)
+            self._procs.pop(pid, None)
             self._announce.discard(pid)
             self._announced.pop(pid, None)
             return
-        files = frozenset((m.start, m.end, m.offset, m.path) for m in maps.maps
-                          if m.executable and m.is_file)
         self._procs[pid] = (maps, time.monotonic(), files)
         if files != known:
             self._push(pid)
