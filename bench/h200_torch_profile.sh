@@ -235,9 +235,12 @@ py_sites = {f: n for f, n in sites.items() if "train_mlp" in f or "build_model" 
 
 
 def through_torch(f):
+    """(libtorch's at:: frames, libc10_cuda's frames: named c10::cuda::, or unnamed
+    libc10_cuda.so+0x...) below the Python site."""
     site = "train_mlp" if "train_mlp" in f else "build_model"
     rest = below(list(f), site)
-    return any(x.startswith("at::") for x in rest), any(x.startswith("c10::cuda::") for x in rest)
+    return (any(x.startswith("at::") for x in rest),
+            any(x.startswith("c10::cuda::") or x.startswith("libc10_cuda.so") for x in rest))
 
 
 both = [f for f in py_sites if all(through_torch(f))]
@@ -245,6 +248,9 @@ print(f"sites under train_mlp/build_model: {len(py_sites)}; of those through at:
       f"c10::cuda:: frames: {len(both)}")
 print("leaves (the driver call's caller) of those: " + ", ".join(
     f"{k} {v}" for k, v in Counter(f[-1] for f in py_sites).most_common(6)))
+libs = Counter(x.split("+0x")[0] for f in py_sites for x in set(f) if "+0x" in x)
+print("unnamed frames in those sites, by file: " + (", ".join(
+    f"{k} {v}" for k, v in libs.most_common(8)) or "none"))
 for f in sorted(both, key=len, reverse=True)[:2] or sorted(py_sites, key=len, reverse=True)[:2]:
     print("example, root first:\n      " + short(list(f), 60))
 if launch:
