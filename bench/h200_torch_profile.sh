@@ -16,7 +16,7 @@
 # else python3), AGENT (default .venv/bin/otel-ebpf, else otel-ebpf on PATH),
 # OTEL_EBPF_BPF_DIR (default bpf/build), FREQUENCY (99), UNWIND_MIB (256: kernel memory
 # for the tables of every file a CUDA torch process maps), WAIT_TABLES_S (240: then it trains
-# anyway, and the summary says so), STEPS (300),
+# anyway, and the summary says so), STABLE_S (20: how long "all in" must hold), STEPS (300),
 # MIN_SECONDS (10). Takes 2-8 minutes (most of it: the tables of the CUDA libraries,
 # built by the agent once per file). Writes into $OUT (7 files): summary.txt, agent.log, agent.yaml,
 # train.log, cpu.folded, gpu.folded, metrics.jsonl (each cut to 16 MiB).
@@ -40,6 +40,7 @@ export OTEL_EBPF_BPF_DIR=${OTEL_EBPF_BPF_DIR:-$REPO/bpf/build}
 FREQUENCY=${FREQUENCY:-99}
 UNWIND_MIB=${UNWIND_MIB:-256}
 WAIT_TABLES_S=${WAIT_TABLES_S:-240}
+STABLE_S=${STABLE_S:-20}
 STEPS=${STEPS:-300}
 MIN_SECONDS=${MIN_SECONDS:-10}
 NAME=torch-train
@@ -109,7 +110,8 @@ fi
 say "trainer warm (pid $TRAIN_PID)"
 # the agent looks at a process's mappings every 2 s (later on a busy machine), and the
 # last line it logged of the process says its state: tables are in when that line says
-# so and has stayed the last for 8 s (the libraries the warm-up loaded, cuBLAS, seen)
+# so and has stayed the last for STABLE_S seconds (the libraries the warm-up loaded,
+# cuBLAS, seen: an agent busy building tables and naming libtorch's symbols rescans late)
 sleep 4
 end=$(( $(date +%s) + WAIT_TABLES_S ))
 tables=timeout
@@ -123,7 +125,7 @@ while [ "$(date +%s)" -lt "$end" ] && kill -0 "$TRAIN_PID" 2>/dev/null; do
     *) stable=0;;
   esac
   prev=$last
-  [ "$stable" -ge 8 ] && { tables=in; break; }
+  [ "$stable" -ge "$STABLE_S" ] && { tables=in; break; }
   sleep 1
 done
 say "unwind tables: $tables (${last:-no line})"
