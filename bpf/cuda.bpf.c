@@ -11,8 +11,10 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 #include "cuda_abi.h"
 #include "py_walk.bpf.h"
+#include "unwind.bpf.h" /* the CPU profiler's table walk; its maps reused from the agent's */
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -87,7 +89,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
 	__uint(max_entries, 16384);
 	__uint(key_size, sizeof(__u32));
-	__uint(value_size, GPU_MAX_STACK * sizeof(__u64));
+	__uint(value_size, GPU_MAX_LAUNCH_STACK * sizeof(__u64));
 } gpu_stacks SEC(".maps");
 
 /* An event is assembled here (it is larger than the BPF stack) and sent at its real size. */
@@ -105,11 +107,16 @@ struct {
 	__type(value, __u64);
 } gpu_counters SEC(".maps");
 
-static __always_inline void count(__u32 idx)
+static __always_inline void add(__u32 idx, __u64 n)
 {
 	__u64 *v = bpf_map_lookup_elem(&gpu_counters, &idx);
 	if (v)
-		*v += 1; /* per-CPU: no atomic needed */
+		*v += n; /* per-CPU: no atomic needed */
+}
+
+static __always_inline void count(__u32 idx)
+{
+	add(idx, 1);
 }
 
 static __always_inline bool ignored(__u64 id)
@@ -171,8 +178,28 @@ static __always_inline void emit(void *ctx, struct gpu_call *call, __u64 id, __u
 	__u64 len = offsetof(struct gpu_mem_event, stack);
 	if (type == GPU_EV_ALLOC) {
 		/* At a uretprobe the registers are the caller's at the return site: the first
-		 * frame is the call's return address, then the frame-pointer chain above it. */
-		long n = bpf_get_stack(ctx, ev->stack, sizeof(ev->stack), BPF_F_USER_STACK);
+		 * frame is the call's return address, then its callers. With unwind tables
+		 * (docs/decisions.md §26) the walk starts from those registers and crosses code
+		 * without frame pointers (libtorch, libcudart); where no row covers an
+		 * address, and for processes without tables, the frame-pointer chain. */
+		long n = -1;
+		if (gcfg.unwind_tables) {
+			struct uw_counts c = {};
+			n = unwind_from(ev->pid, PT_REGS_IP((struct pt_regs *)ctx),
+					PT_REGS_SP((struct pt_regs *)ctx),
+					PT_REGS_FP((struct pt_regs *)ctx), ev->stack, GPU_MAX_STACK, &c);
+			if (n >= 0) {
+				n *= 8;
+				count(GPU_CNT_UW_STACKS);
+				add(GPU_CNT_UW_TABLE, c.by_table);
+				add(GPU_CNT_UW_FP, c.by_fp);
+				add(GPU_CNT_UW_SCAN, c.by_scan);
+				if (c.stopped)
+					count(GPU_CNT_UW_STOPPED);
+			}
+		}
+		if (n < 0)
+			n = bpf_get_stack(ctx, ev->stack, sizeof(ev->stack), BPF_F_USER_STACK);
 		if (n > 0)
 			ev->stack_len = n;
 		/* the Python frames of this thread, when it runs a registered interpreter */

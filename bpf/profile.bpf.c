@@ -95,16 +95,15 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 	s->kstack_bytes = bpf_get_stack(ctx, s->kstack, sizeof(s->kstack), 0);
 	int n = -1;
 	if (cfg.unwind_tables) {
-		__u32 by_table = 0, by_fp = 0, by_scan = 0;
-		bool stopped = false;
-		n = unwind_user(pid, s->ustack, &by_table, &by_fp, &by_scan, &stopped);
+		struct uw_counts c = {};
+		n = unwind_user(pid, s->ustack, &c);
 		if (n >= 0) {
 			s->ustack_bytes = n * 8;
 			count(PCNT_UW_SAMPLES);
-			add(PCNT_UW_TABLE, by_table);
-			add(PCNT_UW_FP, by_fp);
-			add(PCNT_UW_SCAN, by_scan);
-			if (stopped)
+			add(PCNT_UW_TABLE, c.by_table);
+			add(PCNT_UW_FP, c.by_fp);
+			add(PCNT_UW_SCAN, c.by_scan);
+			if (c.stopped)
 				count(PCNT_UW_STOPPED);
 		}
 	}

@@ -113,6 +113,9 @@ class Agent:
         # GPU memory (receivers.ebpf.gpu): its metrics go to the metrics pipeline's exporters
         self._metric_exporters = metric_exporters
         self.gpu: GpuMonitor | None = None
+        # unwind tables (profiling.unwind_tables): one set for the CPU samples and the GPU
+        # allocation stacks, made in start() when either is on
+        self.unwind_tables = None
         self.rdma = None  # RDMA ports, verbs and NCCL (receivers.ebpf.rdma), same exporters
         self._drops_warned, self._drops_warned_at = 0, float("-inf")
 
@@ -137,10 +140,17 @@ class Agent:
         log.info("attached %d programs; parsers: %s; layers over HTTP: %s",
                  self.tracer.programs, ", ".join(p.name for p in self.registry.parsers),
                  ", ".join(layer.name for layer in self.registry.layers) or "none")
-        if self.cfg.receiver.gpu_enabled:
+        r = self.cfg.receiver
+        if r.profiling_unwind_tables and (r.gpu_enabled or self.server_threads is not None):
+            from otel_ebpf.profiling.unwinder import UnwindTables  # noqa: PLC0415
+            self.unwind_tables = UnwindTables(
+                r.profiling_unwind_table_mib << 20 >> 3,
+                lambda stage, reason: self.stats.add("profiles.errors", stage=stage,
+                                                     reason=reason))
+        if r.gpu_enabled:
             from otel_ebpf.gpu.monitor import start_gpu_monitor  # noqa: PLC0415
             self.gpu = start_gpu_monitor(self.cfg, self.libbpf_log, self._metric_exporters,
-                                         self.resources, self.stats)
+                                         self.resources, self.stats, tables=self.unwind_tables)
         if self.server_threads is not None:
             self._start_profiler()
         if self.cfg.receiver.rdma_enabled:
@@ -171,7 +181,8 @@ class Agent:
                              process_names=names, unwind_tables=r.profiling_unwind_tables,
                              unwind_rows=r.profiling_unwind_table_mib << 20 >> 3),
             exporters, self.libbpf_log, resources=self.resources.get,
-            to_wall=self.clock.to_wall, stats=self.stats, spans=self.server_threads.spans)
+            to_wall=self.clock.to_wall, stats=self.stats, spans=self.server_threads.spans,
+            tables=self.unwind_tables)
         self.profiler.start()
         log.info("CPU profiling at %d Hz to %s", r.profiling_frequency,
                  ", ".join(exporters) or "no exporter")
@@ -280,6 +291,9 @@ class Agent:
         if self.rdma is not None:  # likewise
             self.rdma.shutdown()
             self.rdma = None
+        if self.unwind_tables is not None:  # after both of its users
+            self.unwind_tables.close()
+            self.unwind_tables = None
         if self.tracer is not None:
             self._update_kernel_counters()
             self.tracer.close()

@@ -56,6 +56,8 @@ COUNTERS: dict[str, tuple[str, str]] = {
                             "(made before the agent started)"),
     "gpu.kernel.drops": ("{event}", "GPU allocation/free records lost: ring buffer full"),
     "gpu.libraries": ("{file}", "libcuda files the GPU probes are attached to"),
+    "gpu.stacks.unwound": ("{stack}", "GPU allocation stacks walked with unwind tables (the "
+                           "others: by frame pointers)"),
 }
 
 

@@ -5,8 +5,11 @@
 #ifndef OTEL_EBPF_CUDA_ABI_H
 #define OTEL_EBPF_CUDA_ABI_H
 
-#define CUDA_ABI_VERSION 1
-#define GPU_MAX_STACK 64 /* user frames kept per allocation (the first is the return site) */
+#define CUDA_ABI_VERSION 2
+/* user frames kept per allocation (the first is the return site): as deep as a CPU
+ * sample's (PROF_MAX_USTACK), since with unwind tables the walk crosses libtorch whole */
+#define GPU_MAX_STACK 127
+#define GPU_MAX_LAUNCH_STACK 64 /* frames per launch stack (`gpu_stacks`, frame pointers) */
 #define GPU_MAX_PY_FRAMES 96 /* Python frames kept per allocation (= PROF_MAX_PY_FRAMES) */
 
 /* The driver calls we probe; one value per entry point, so user space can tell them apart. */
@@ -86,7 +89,12 @@ enum gpu_counter_idx {
 	GPU_CNT_INFLIGHT_LOST,     /* a return without its entry (table full, or attached mid-call) */
 	GPU_CNT_FAILED_CALLS,      /* calls that returned a CUresult other than CUDA_SUCCESS */
 	GPU_CNT_STACK_MISSES,      /* launch stacks that could not be taken (collision, no frames) */
-	GPU_CNT_MAX = 8,
+	GPU_CNT_UW_STACKS,         /* allocation stacks walked with unwind tables */
+	GPU_CNT_UW_TABLE,          /* frames of those stepped over by a table row */
+	GPU_CNT_UW_FP,             /* ... by frame pointer (no row there) */
+	GPU_CNT_UW_SCAN,           /* ... by a stack scan (a leaf without rules) */
+	GPU_CNT_UW_STOPPED,        /* walks ended by a row saying stop */
+	GPU_CNT_MAX = 16,
 };
 
 /* Settings written into .rodata before load. */
@@ -94,7 +102,7 @@ struct gpu_config {
 	__u32 abi_version;
 	__u32 agent_pid;  /* never trace this tgid */
 	__u32 wakeup_bytes; /* force a wake-up when the ring holds more than this */
-	__u32 _pad;
+	__u32 unwind_tables; /* walk allocation stacks with the unwind tables (unwind.bpf.h) */
 };
 
 #endif

@@ -56,7 +56,10 @@ struct profile_config {
 /* Unwind tables (bpf/include/unwind.bpf.h, otel_ebpf/profiling/unwind_tables.py): rows
  * of every loaded file in one array, sorted by pc within a file; a row's rules hold from
  * its pc to the next row's. */
-#define UNWIND_MAX_MAPS 64       /* mappings with a table, per process */
+/* mappings with a table, per process: a CUDA torch process maps ~100 executable files,
+ * among them small ones on every allocation path (libc10_cuda, libcudart); 8 KiB an entry */
+#define UNWIND_MAX_MAPS 256
+#define UNWIND_MAP_SEARCH_STEPS 9 /* binary search over UNWIND_MAX_MAPS mappings */
 #define UNWIND_SEARCH_STEPS 25   /* binary search steps: tables of up to 32M rows */
 #define UNWIND_SCAN_WORDS 64     /* stack words scanned above a leaf without rules */
 

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* The user stack of the current thread walked with unwind tables (docs/decisions.md §25):
- * code built without frame pointers (libtorch, MKL, Debian's CPython) is stepped over by
+/* The user stack of the current thread walked with unwind tables (docs/decisions.md §25,
+ * §26): CPU samples (profile.bpf.c) and GPU allocations (cuda.bpf.c) include this; the
+ * agent creates the two table maps once and both objects reuse them (bpf_map__reuse_fd).
+ * Code built without frame pointers (libtorch, MKL, Debian's CPython) is stepped over by
  * its call frame information, compiled by the agent into rows (struct unwind_row, one
  * array for every file, `unwind_rows`, written by user space through mmap) and a list of
  * each process's mappings that have rows (`unwind_procs`). Where no row covers an
@@ -41,6 +43,7 @@ struct uw_state {
 	__u64 pc, sp, bp;
 	__u32 pid;
 	__u32 n;
+	__u32 limit;    /* frames the caller keeps (<= PROF_MAX_USTACK) */
 	__u32 by_table, by_fp, by_scan;
 	__u64 scan_ra, scan_cfa;
 	bool stopped;
@@ -63,7 +66,7 @@ __noinline int uw_map_index(struct unwind_proc *p, __u64 addr)
 	__u32 lo = 0, hi = p->n;
 	if (hi > UNWIND_MAX_MAPS)
 		hi = UNWIND_MAX_MAPS;
-	for (int i = 0; i < 7 && lo < hi; i++) {
+	for (int i = 0; i < UNWIND_MAP_SEARCH_STEPS && lo < hi; i++) {
 		__u32 mid = (lo + hi) / 2;
 		struct unwind_map *m = &p->m[mid & (UNWIND_MAX_MAPS - 1)];
 		if (addr < m->start)
@@ -178,7 +181,7 @@ static long uw_step(__u64 i, struct uw_state *w)
 	if (!sc || !w->pc)
 		return 1;
 	__u32 k = w->n;
-	if (k >= PROF_MAX_USTACK)
+	if (k >= PROF_MAX_USTACK || k >= w->limit)
 		return 1;
 	sc->ips[k] = w->pc;
 	w->n = k + 1;
@@ -242,32 +245,44 @@ static long uw_step(__u64 i, struct uw_state *w)
 	return 0;
 }
 
-/* The current thread's user stack into ips[PROF_MAX_USTACK], innermost first; returns
- * the frames found, or -1 when the process has no tables (the caller falls back to
- * bpf_get_stack). */
-static __always_inline int unwind_user(__u32 pid, __u64 *ips, __u32 *by_table, __u32 *by_fp,
-				       __u32 *by_scan, bool *stopped)
+struct uw_counts {
+	__u32 by_table, by_fp, by_scan;
+	bool stopped;
+};
+
+/* The current thread's user stack from registers (pc, sp, bp) into ips[limit], innermost
+ * first; returns the frames found, or -1 when the process has no tables (the caller falls
+ * back to bpf_get_stack). `limit` must be a constant at the call site (the copy out is
+ * of limit * 8 bytes) and at most PROF_MAX_USTACK. */
+static __always_inline int unwind_from(__u32 pid, __u64 pc, __u64 sp, __u64 bp, __u64 *ips,
+				       const __u32 limit, struct uw_counts *c)
+{
+	if (!bpf_map_lookup_elem(&unwind_procs, &pid))
+		return -1;
+	struct uw_state w = {.pid = pid, .pc = pc, .sp = sp, .bp = bp, .limit = limit};
+	bpf_loop(limit, uw_step, &w, 0);
+	__u32 zero = 0;
+	struct unwind_scratch *sc = bpf_map_lookup_elem(&unwind_scratch, &zero);
+	if (!sc)
+		return -1;
+	bpf_probe_read_kernel(ips, limit * sizeof(__u64), sc->ips);
+	c->by_table = w.by_table;
+	c->by_fp = w.by_fp;
+	c->by_scan = w.by_scan;
+	c->stopped = w.stopped;
+	return w.n < limit ? w.n : limit;
+}
+
+/* The interrupted thread's user stack (a perf-event sample): from its user registers. */
+static __always_inline int unwind_user(__u32 pid, __u64 *ips, struct uw_counts *c)
 {
 	if (!bpf_map_lookup_elem(&unwind_procs, &pid))
 		return -1;
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 	if (!regs)
 		return -1;
-	struct uw_state w = {.pid = pid};
-	w.pc = BPF_CORE_READ(regs, ip);
-	w.sp = BPF_CORE_READ(regs, sp);
-	w.bp = BPF_CORE_READ(regs, bp);
-	bpf_loop(PROF_MAX_USTACK, uw_step, &w, 0);
-	__u32 zero = 0;
-	struct unwind_scratch *sc = bpf_map_lookup_elem(&unwind_scratch, &zero);
-	if (!sc)
-		return -1;
-	bpf_probe_read_kernel(ips, sizeof(sc->ips), sc->ips);
-	*by_table = w.by_table;
-	*by_fp = w.by_fp;
-	*by_scan = w.by_scan;
-	*stopped = w.stopped;
-	return w.n < PROF_MAX_USTACK ? w.n : PROF_MAX_USTACK;
+	return unwind_from(pid, BPF_CORE_READ(regs, ip), BPF_CORE_READ(regs, sp),
+			   BPF_CORE_READ(regs, bp), ips, PROF_MAX_USTACK, c);
 }
 
 #endif

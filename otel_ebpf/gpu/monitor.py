@@ -34,6 +34,7 @@ from otel_ebpf.kernel.libbpf import LibbpfLog
 from otel_ebpf.profiling.frames import PYTHON, Frame, merge
 from otel_ebpf.profiling.python_procs import Interpreter
 from otel_ebpf.profiling.symbolizer import Symbolizer
+from otel_ebpf.profiling.unwinder import Unwinder, UnwindTables
 from otel_ebpf.spans.convert import resource_for
 from otel_ebpf.spans.resources import ProcessResources
 from otel_ebpf.telemetry import Stats
@@ -67,8 +68,14 @@ class GpuMonitor:
         poll_interval_s: float = 0.1,
         scan_interval_s: float = 2.0,
         proc_root: str = "/proc",
+        unwinder: Unwinder | None = None,
     ) -> None:
+        """`unwinder`: the agent's unwind tables (the tracer loaded with their maps): the
+        processes that use CUDA get tables, and their allocation stacks cross code
+        without frame pointers."""
         self.tracer = tracer
+        self.unwinder = unwinder
+        self._unwinding: set[int] = set()  # processes given to the unwinder
         self.ledger = MemoryLedger()
         # two symbolizers, one per thread: the drain thread's names Python frames on
         # arrival (fast); the export thread's names native frames, which first reads the
@@ -109,8 +116,30 @@ class GpuMonitor:
         that uses CUDA (or may: a Python process loads libcuda late, at torch.cuda init),
         so its first allocation is walked."""
         self.tracer.probes.scan_all(self._proc_root)
-        for pid in self.tracer.probes.covered_pids | set(self._first_seen):
+        using = self.tracer.probes.covered_pids | set(self._first_seen)
+        self._unwinding &= using  # the others ended (the unwinder dropped them itself)
+        for pid in using:
             self.symbolizer.process(pid)
+            self._unwind(pid)
+
+    def _unwind(self, pid: int) -> None:
+        """Unwind tables for a process that uses CUDA (built in the background; until
+        they are in, its stacks are frame-pointer walks)."""
+        if self.unwinder is not None and pid not in self._unwinding:
+            self._unwinding.add(pid)
+            try:
+                self.unwinder.add(pid, announce=True)
+            except Exception as exc:
+                self.unwinder.fail("unwind", type(exc).__name__)
+
+    def unwind_tick(self) -> None:
+        """Tables that came in go to their processes; mappings are looked at again."""
+        if self.unwinder is not None:
+            try:
+                self.unwinder.apply_ready()
+                self.unwinder.tick()
+            except Exception as exc:
+                self.unwinder.fail("unwind", type(exc).__name__)
 
     # -- the loop
 
@@ -128,6 +157,7 @@ class GpuMonitor:
         while not self._stop.is_set():
             try:
                 self.drain(self._poll_ms)
+                self.unwind_tick()
                 if time.monotonic() >= next_scan:
                     next_scan = time.monotonic() + self._scan_interval_s
                     self.scan()
@@ -151,6 +181,7 @@ class GpuMonitor:
                 self._first_seen[ev.pid] = time.time_ns()
                 self._resources.prime(ev.pid)  # a short-lived process is read while alive
                 self.symbolizer.process(ev.pid)  # its interpreter, from now on
+                self._unwind(ev.pid)
             if type(ev) is GpuAlloc:
                 self._name_site(ev)
             elif type(ev) is GpuInit:
@@ -275,6 +306,8 @@ class GpuMonitor:
         kernel = self.tracer.kernel_counters()
         self._stats.set_total("gpu.kernel.drops", kernel["ringbuf_drops"])
         self._stats.set_total("gpu.libraries", len(self.tracer.probes.attached))
+        if self.unwinder is not None:
+            self._stats.set_total("gpu.stacks.unwound", kernel["unwind_stacks"])
 
     def _forget_ended(self) -> None:
         ended = {pid for pid in self._first_seen
@@ -286,6 +319,9 @@ class GpuMonitor:
 
     def _forget(self, ended: set[int]) -> None:
         for pid in ended:
+            if self.unwinder is not None:
+                self.unwinder.remove(pid)
+                self._unwinding.discard(pid)
             self._natives.forget(pid)
             self.ledger.end(pid)
             del self._first_seen[pid]
@@ -328,19 +364,24 @@ def profile_exporters(cfg: Config) -> dict[str, Any]:
 def start_gpu_monitor(cfg: Config, libbpf_log: LibbpfLog,
                       metric_exporters: Mapping[str, MetricExporter],
                       resources: ProcessResources, stats: Stats,
-                      profile_exporters_: Mapping[str, Any] | None = None) -> GpuMonitor:
+                      profile_exporters_: Mapping[str, Any] | None = None,
+                      tables: UnwindTables | None = None) -> GpuMonitor:
     """Load and attach the CUDA probes as `receivers.ebpf.gpu` says, and start the
-    monitor's thread; raises BPFError when the probes cannot be loaded."""
+    monitor's thread; raises BPFError when the probes cannot be loaded. `tables`: the
+    agent's unwind tables (profiling.unwind_tables), for the allocation stacks."""
     r = cfg.receiver
-    tracer = CudaTracer(libbpf_log, libraries=r.gpu_libraries)
+    tracer = CudaTracer(libbpf_log, libraries=r.gpu_libraries,
+                        unwind=tables.maps if tables is not None else None)
     monitor = GpuMonitor(
         tracer, metric_exporters, resources, stats,
         profile_exporters=profile_exporters(cfg) if profile_exporters_ is None
         else profile_exporters_,
         interval_s=cfg.telemetry.metrics_interval_s, poll_interval_s=r.poll_interval_s,
-        scan_interval_s=r.gpu_scan_interval_s)
+        scan_interval_s=r.gpu_scan_interval_s,
+        unwinder=tables.unwinder if tables is not None else None)
     monitor.start()
-    log.info("GPU memory profiling: CUDA driver probes on %s",
+    log.info("GPU memory profiling: CUDA driver probes on %s; allocation stacks by %s",
              ", ".join(tracer.probes.attached.values()) or "no libcuda yet (processes are "
-             f"scanned every {r.gpu_scan_interval_s:g}s)")
+             f"scanned every {r.gpu_scan_interval_s:g}s)",
+             "unwind tables" if tables is not None else "frame pointers")
     return monitor

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import mmap
 import os
 import platform
 import struct
@@ -15,6 +14,13 @@ from dataclasses import dataclass
 
 from .libbpf import LibbpfLog, errno_text
 from .loader import BPFError, BPFObject, RingBuffer, check_btf
+from .unwind_maps import (  # noqa: F401 (the layout's sizes, for its users)
+    UNWIND_MAP_SIZE,
+    UNWIND_MAX_MAPS,
+    UNWIND_PROC_SIZE,
+    UNWIND_ROW_SIZE,
+    UnwindMaps,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +49,9 @@ PY_OFFSET_FIELDS = ("interp_head", "threads_head", "tstate_next", "tstate_native
 _PY_PROC = struct.Struct("<Q10I")
 PY_PROC_SIZE = 48
 CONFIG = struct.Struct("<IBBBx")  # struct profile_config
-# unwind tables: struct unwind_row (8 bytes), struct unwind_map, struct unwind_proc
-UNWIND_ROW_SIZE = 8
-UNWIND_MAX_MAPS = 64
+# unwind tables: struct unwind_map, in struct unwind_proc (unwind_maps.py has the sizes)
 _UNWIND_MAP = struct.Struct("<QQQII")
-UNWIND_PROC_SIZE = 8 + UNWIND_MAX_MAPS * _UNWIND_MAP.size
+assert _UNWIND_MAP.size == UNWIND_MAP_SIZE
 
 
 def pack_unwind_proc(maps: list[tuple[int, int, int, int, int]]) -> bytes:
@@ -152,31 +156,31 @@ class CpuSampler:
 
     def __init__(self, frequency: int, libbpf_log: LibbpfLog, *, pids: Iterable[int] = (),
                  process_names: Iterable[str] = (), ring_buffer_bytes: int = 4 << 20,
-                 unwind_rows: int = 0) -> None:
-        """`unwind_rows` > 0: user stacks are walked with unwind tables of up to that many
-        rows in all (8 bytes each, kernel memory), written with write_rows()."""
+                 unwind_rows: int = 0, unwind: UnwindMaps | None = None) -> None:
+        """User stacks are walked with unwind tables when `unwind` (the agent's maps,
+        shared with other objects) is given, or `unwind_rows` > 0 (maps of its own, of up
+        to that many rows in all: 8 bytes each, kernel memory); rows are written with
+        write_rows()."""
         if not 1 <= frequency <= MAX_FREQUENCY:
             raise BPFError(f"sampling frequency {frequency} Hz is outside 1..{MAX_FREQUENCY}")
         check_btf()
         pids, names = list(pids), list(process_names)
         self.frequency = frequency
+        self._own_unwind = unwind is None and unwind_rows > 0
+        self.unwind: UnwindMaps | None = UnwindMaps(unwind_rows) if self._own_unwind \
+            else unwind
+        self.unwind_rows = self.unwind.rows if self.unwind is not None else 0
         self.obj = BPFObject("profile", libbpf_log)
         try:
             self.obj.set_max_entries("samples", ring_buffer_bytes)
-            self.obj.set_max_entries("unwind_rows", max(1, unwind_rows))
-            # preallocated hash (2 KiB an entry): only as large as needed when tables are off
-            self.obj.set_max_entries("unwind_procs", MAX_TARGETS if unwind_rows else 1)
+            if self.unwind is not None:
+                self.unwind.reuse_in(self.obj)
+            else:  # the object's own maps, unused: as small as they can be
+                self.obj.set_max_entries("unwind_rows", 1)
+                self.obj.set_max_entries("unwind_procs", 1)
             self.obj.set_rodata(CONFIG.pack(os.getpid(), bool(pids) or bool(names), bool(names),
-                                            unwind_rows > 0))
+                                            self.unwind is not None))
             self.obj.load()
-            self.unwind_rows = unwind_rows
-            self.rows_mem: mmap.mmap | None = None
-            if unwind_rows:
-                # the rows array is mmapable: tables of millions of rows are copied in, not
-                # updated one syscall per row
-                size = -(-unwind_rows * UNWIND_ROW_SIZE // mmap.PAGESIZE) * mmap.PAGESIZE
-                self.rows_mem = mmap.mmap(self.obj.map("unwind_rows").fd, size,
-                                          mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             self.add_pids(pids)
             for name in names[:MAX_TARGETS]:
                 key = name.encode()[: COMM_LEN - 1].ljust(COMM_LEN, b"\0")
@@ -219,17 +223,19 @@ class CpuSampler:
 
     def write_rows(self, start: int, rows: bytes) -> None:
         """Unwind rows (struct unwind_row each) into the kernel's array from index `start`."""
-        if self.rows_mem is None or start + len(rows) // UNWIND_ROW_SIZE > self.unwind_rows:
-            raise BPFError("unwind rows beyond the table's size")
-        at = start * UNWIND_ROW_SIZE
-        self.rows_mem[at:at + len(rows)] = rows
+        if self.unwind is None:
+            raise BPFError("no unwind tables")
+        self.unwind.write_rows(start, rows)
 
     def set_unwind_maps(self, pid: int, maps: list[tuple[int, int, int, int, int]]) -> None:
         """The mappings of `pid` that have rows: (start, end, bias, row_start, row_count)."""
-        self.obj.map("unwind_procs").update(pid.to_bytes(4, "little"), pack_unwind_proc(maps))
+        if self.unwind is None:
+            raise BPFError("no unwind tables")
+        self.unwind.set_maps(pid, pack_unwind_proc(maps))
 
     def forget_unwind(self, pid: int) -> None:
-        self.obj.map("unwind_procs").delete(pid.to_bytes(4, "little"))
+        if self.unwind is not None:
+            self.unwind.forget(pid)
 
     def poll(self, timeout_ms: int) -> list[RawSample]:
         out: list[RawSample] = []
@@ -246,11 +252,10 @@ class CpuSampler:
                 for idx, name in COUNTER_NAMES.items()}
 
     def close(self) -> None:
-        rows_mem = getattr(self, "rows_mem", None)
-        if rows_mem is not None:
-            rows_mem.close()
-            self.rows_mem = None
         ring = getattr(self, "ring", None)
         if ring is not None:
             ring.close()
         self.obj.close()  # destroys the perf links, which close their events
+        if self._own_unwind and self.unwind is not None:
+            self.unwind.close()
+            self.unwind = None

@@ -10,8 +10,9 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum
 
-CUDA_ABI_VERSION = 1
-GPU_MAX_STACK = 64
+CUDA_ABI_VERSION = 2
+GPU_MAX_STACK = 127
+GPU_MAX_LAUNCH_STACK = 64
 GPU_MAX_PY_FRAMES = 96
 
 
@@ -36,8 +37,10 @@ class Api(IntEnum):
 GPU_EV_ALLOC, GPU_EV_FREE, GPU_EV_INIT = 1, 2, 3
 
 # enum gpu_counter_idx
-COUNTER_NAMES = {0: "ringbuf_drops", 1: "inflight_lost", 2: "failed_calls", 3: "stack_misses"}
-GPU_CNT_MAX = 8
+COUNTER_NAMES = {0: "ringbuf_drops", 1: "inflight_lost", 2: "failed_calls", 3: "stack_misses",
+                 4: "unwind_stacks", 5: "unwind_table_frames", 6: "unwind_fp_frames",
+                 7: "unwind_scanned", 8: "unwind_stopped"}
+GPU_CNT_MAX = 16
 
 MEM_EVENT = struct.Struct("<BBhIIIQQQQHHI")  # struct gpu_mem_event up to `stack`
 COPY_KEY = struct.Struct("<IHh")  # struct gpu_copy_key
@@ -121,10 +124,10 @@ def decode(record: bytes) -> GpuAlloc | GpuFree | GpuInit:
     raise BadRecord(f"unknown GPU record type {type_}")
 
 
-def pack_config(agent_pid: int, wakeup_bytes: int) -> bytes:
-    return GPU_CONFIG.pack(CUDA_ABI_VERSION, agent_pid, wakeup_bytes, 0)
+def pack_config(agent_pid: int, wakeup_bytes: int, unwind_tables: bool = False) -> bytes:
+    return GPU_CONFIG.pack(CUDA_ABI_VERSION, agent_pid, wakeup_bytes, int(unwind_tables))
 
 
 def stack_from_map(raw: bytes) -> tuple[int, ...]:
-    """A `gpu_stacks` value (GPU_MAX_STACK u64, zero-filled past the last frame)."""
+    """A `gpu_stacks` value (GPU_MAX_LAUNCH_STACK u64, zero-filled past the last frame)."""
     return _stack(raw)

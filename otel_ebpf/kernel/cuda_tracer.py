@@ -16,6 +16,7 @@ from .cpu_sampler import pack_py_proc
 from .cuda_abi import Api
 from .libbpf import LibbpfLog
 from .loader import BPFObject, RingBuffer, check_btf
+from .unwind_maps import UnwindMaps
 from .uprobes import LibraryProbes, file_offsets, mapped_files
 
 log = logging.getLogger(__name__)
@@ -193,17 +194,27 @@ class CudaProbes(LibraryProbes):
 
 class CudaTracer:
     """Loaded cuda.bpf.o: `poll()` returns allocation and free events; `copies()` and
-    `launches()` the kernel's running totals."""
+    `launches()` the kernel's running totals. With `unwind` (the agent's unwind-table
+    maps, shared with the CPU sampler) allocation stacks are walked with the tables of
+    the processes the maps have; launch stacks stay frame-pointer walks (docs/gpu.md)."""
 
     def __init__(self, libbpf_log: LibbpfLog, ring_buffer_bytes: int = 4 << 20,
-                 wakeup_fill_percent: int = 50, libraries: tuple[str, ...] = ()) -> None:
+                 wakeup_fill_percent: int = 50, libraries: tuple[str, ...] = (),
+                 unwind: UnwindMaps | None = None) -> None:
         check_btf()
         self.obj = BPFObject("cuda", libbpf_log)
+        self.unwind = unwind
         try:
             self.obj.set_max_entries("gpu_events", ring_buffer_bytes)
             self.obj.set_max_entries("gpu_scratch", 1)
+            if unwind is not None:
+                unwind.reuse_in(self.obj)
+            else:  # the object's own maps, unused: as small as they can be
+                self.obj.set_max_entries("unwind_rows", 1)
+                self.obj.set_max_entries("unwind_procs", 1)
             self.obj.set_rodata(cuda_abi.pack_config(
-                os.getpid(), ring_buffer_bytes * wakeup_fill_percent // 100))
+                os.getpid(), ring_buffer_bytes * wakeup_fill_percent // 100,
+                unwind is not None))
             self.obj.load()
             self.ring = RingBuffer([self.obj.map("gpu_events")])
             self.probes = CudaProbes(self.obj)

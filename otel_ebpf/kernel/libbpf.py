@@ -62,6 +62,11 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "bpf_map__name": (c_char_p, [c_void_p]),
     "bpf_map__fd": (c_int, [c_void_p]),
     "bpf_map__set_max_entries": (c_int, [c_void_p, ctypes.c_uint32]),
+    # before load: the object's map is this existing map (shared between objects)
+    "bpf_map__reuse_fd": (c_int, [c_void_p, c_int]),
+    # (type, name, key size, value size, max entries, struct bpf_map_create_opts *) -> fd
+    "bpf_map_create": (c_int, [c_int, c_char_p, ctypes.c_uint32, ctypes.c_uint32,
+                               ctypes.c_uint32, c_void_p]),
     "bpf_map__max_entries": (ctypes.c_uint32, [c_void_p]),
     "bpf_map__value_size": (ctypes.c_uint32, [c_void_p]),
     "bpf_map__key_size": (ctypes.c_uint32, [c_void_p]),
@@ -82,6 +87,19 @@ for _name, (_res, _args) in _SIGNATURES.items():
     _fn = getattr(lib, _name)
     _fn.restype = _res
     _fn.argtypes = _args
+
+
+
+class MapCreateOpts(ctypes.Structure):
+    """struct bpf_map_create_opts up to map_ifindex (libbpf 1.0's fields; `sz` says so)."""
+
+    _fields_ = [("sz", c_size_t), ("btf_fd", ctypes.c_uint32),
+                ("btf_key_type_id", ctypes.c_uint32), ("btf_value_type_id", ctypes.c_uint32),
+                ("btf_vmlinux_value_type_id", ctypes.c_uint32),
+                ("inner_map_fd", ctypes.c_uint32), ("map_flags", ctypes.c_uint32),
+                ("map_extra", ctypes.c_uint64), ("numa_node", ctypes.c_uint32),
+                ("map_ifindex", ctypes.c_uint32)]
+
 
 # libbpf calls this for every message it prints; we keep the last ones so a load error
 # can show the verifier's own words.

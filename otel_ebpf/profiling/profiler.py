@@ -21,7 +21,7 @@ from otel_ebpf.kernel.libbpf import LibbpfLog
 from .links import ActiveSpans
 from .python_procs import Interpreter
 from .symbolizer import Stack, Symbolizer
-from .unwinder import Unwinder
+from .unwinder import Unwinder, UnwindTables
 
 log = logging.getLogger(__name__)
 
@@ -55,39 +55,55 @@ class CpuProfiler:
     def __init__(self, settings: ProfilerSettings, exporters: Mapping[str, ProfileExporter],
                  libbpf_log: LibbpfLog, *, resources: Callable[[int, str], Mapping[str, Any]],
                  to_wall: Callable[[int], int], stats: Any = None,
-                 spans: ActiveSpans | None = None) -> None:
+                 spans: ActiveSpans | None = None, tables: UnwindTables | None = None) -> None:
+        """`tables`: the agent's unwind tables, shared with the GPU probes (used when
+        settings.unwind_tables); without, the profiler makes its own."""
         self.settings = settings
         self.exporters = dict(exporters)
         self.resources = resources
         self.to_wall = to_wall
         self.stats = stats
         self.spans = spans or ActiveSpans()
-        self.sampler = CpuSampler(settings.frequency, libbpf_log, pids=settings.pids,
-                                  process_names=settings.process_names,
-                                  unwind_rows=settings.unwind_rows if settings.unwind_tables
-                                  else 0)
         # every failed step, by (stage, reason), also in stats as profiles.errors
         self.failures: Counter[tuple[str, str]] = Counter()
+        self._own_tables = settings.unwind_tables and tables is None
+        if self._own_tables:
+            tables = UnwindTables(settings.unwind_rows, self._failed_unwind)
+        self.tables = tables if settings.unwind_tables else None
+        try:
+            self.sampler = CpuSampler(settings.frequency, libbpf_log, pids=settings.pids,
+                                      process_names=settings.process_names,
+                                      unwind=self.tables.maps if self.tables else None)
+        except BaseException:
+            if self._own_tables:
+                tables.close()
+            raise
         self.symbolizer = Symbolizer(on_python=self._python_found, on_failure=self._failed)
         self.pending: list[Stack] = []
         self.pythons: dict[int, Interpreter] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._window_start = time.time_ns()
-        self.unwinder: Unwinder | None = None
+        self.unwinder: Unwinder | None = self.tables.unwinder if self.tables else None
         self._seen: set[int] = set(settings.pids)
         try:
-            if settings.unwind_tables:
-                self.unwinder = Unwinder(settings.unwind_rows, self.sampler.write_rows,
-                                         self.sampler.set_unwind_maps,
-                                         self.sampler.forget_unwind, self.symbolizer.fail)
             for pid in settings.pids:  # Python frames from the first sample on
                 self.symbolizer.process(pid)
                 self._unwind(pid)
             self.sampler.start()
         except BaseException:
             self.sampler.close()
+            if self._own_tables:
+                self.tables.close()
             raise
+
+    def _failed_unwind(self, stage: str, reason: str) -> None:
+        # before the symbolizer exists; counted as its failures are
+        sym = getattr(self, "symbolizer", None)
+        if sym is not None:
+            sym.fail(stage, reason)
+        else:
+            self._failed(stage, reason)
 
     def _failed(self, stage: str, reason: str) -> None:
         self.failures[(stage, reason)] += 1
@@ -111,7 +127,10 @@ class CpuProfiler:
     def _unwind(self, pid: int) -> None:
         if self.unwinder is not None:
             try:
-                self.unwinder.add(pid)
+                # processes chosen by pid or name are few: when their tables are in is
+                # said at info; a host-wide profile's processes are not
+                self.unwinder.add(pid, announce=bool(self.settings.pids
+                                                     or self.settings.process_names))
             except Exception as exc:
                 self.symbolizer.fail("unwind", type(exc).__name__)
 
@@ -226,9 +245,9 @@ class CpuProfiler:
         for exporter in self.exporters.values():
             exporter.shutdown()
         self.symbolizer.close()
-        if self.unwinder is not None:
-            self.unwinder.close()
         self.sampler.close()
+        if self._own_tables and self.tables is not None:
+            self.tables.close()  # shared tables are the agent's to close
 
 
 def _scalars(attrs: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,11 @@
-"""Unwind tables at run time: which files of each profiled process need one, building them
-in a background thread (once per build id: libtorch_cpu takes seconds), placing their rows
-in the kernel's array and telling the BPF walker each process's mappings that have rows.
-Samples never wait: until a file's table is in, its frames are walked by frame pointer."""
+"""Unwind tables at run time: which files of each process need one, building them in a
+background thread (once per build id: libtorch_cpu takes seconds), placing their rows in
+the kernel's array and telling the BPF walker each process's mappings that have rows.
+Samples never wait: until a file's table is in, its frames are walked by frame pointer.
+
+One Unwinder serves the CPU profiler and the GPU probes (`UnwindTables`: the kernel maps,
+which both BPF objects reuse, and the Unwinder that fills them): processes are added from
+either thread, so the per-process state is under a lock."""
 
 from __future__ import annotations
 
@@ -15,6 +19,9 @@ from dataclasses import dataclass
 
 from elftools.elf.elffile import ELFFile
 
+from otel_ebpf.kernel.cpu_sampler import pack_unwind_proc
+from otel_ebpf.kernel.unwind_maps import UnwindMaps
+
 from .elf import _build_id
 from .procmaps import ProcessMaps
 from .unwind_tables import ROW_SIZE, UnsupportedFile, build_table
@@ -22,6 +29,7 @@ from .unwind_tables import ROW_SIZE, UnsupportedFile, build_table
 log = logging.getLogger(__name__)
 
 RESCAN_S = 2.0  # how often a process's mappings are looked at again (dlopen: torch)
+SLOW_BUILD_S = 1.0  # builds that take longer are logged at info (libtorch: tens of seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,38 +69,67 @@ class Unwinder:
         self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue()
         self._ready: queue.Queue[set[int]] = queue.Queue()  # pids whose tables came in
         self._segments: dict[str, list[tuple[int, int, int]]] = {}  # file -> PT_LOADs
+        # processes whose readiness is logged at info (the GPU monitor's: few, and what a
+        # user waits for), and what was last said of each
+        self._announce: set[int] = set()
+        self._announced: dict[int, tuple | str] = {}
+        self._plock = threading.RLock()  # _procs and what hangs on it: two callers' threads
         self._thread = threading.Thread(target=self._build_loop, name="otel-ebpf-unwind",
                                         daemon=True)
         self._thread.start()
 
     # -- processes (the profiler's thread)
 
-    def add(self, pid: int) -> None:
-        if pid not in self._procs:
-            self._procs[pid] = (ProcessMaps(pid), 0.0, frozenset())
-            self._scan(pid)
+    def add(self, pid: int, announce: bool = False) -> None:
+        """Build and hand over the tables of `pid`'s files; `announce`: say at info when
+        they are all in (each time its files change)."""
+        with self._plock:
+            first = announce and pid not in self._announce
+            if announce:
+                self._announce.add(pid)
+            if pid not in self._procs:
+                self._procs[pid] = (ProcessMaps(pid), 0.0, frozenset())
+                self._scan(pid)
+            elif first:  # added by another user before: say its state now
+                self._push(pid)
 
     def tick(self) -> None:
         """Look again at the processes whose mappings may have changed (bounded rate)."""
-        now = time.monotonic()
-        for pid, (_, at, _) in list(self._procs.items()):
-            if now - at >= RESCAN_S:
-                self._scan(pid)
+        with self._plock:
+            now = time.monotonic()
+            for pid, (_, at, _) in list(self._procs.items()):
+                if now - at >= RESCAN_S:
+                    self._scan(pid)
 
     def remove(self, pid: int) -> None:
-        if self._procs.pop(pid, None) is not None:
+        with self._plock:
+            self._announce.discard(pid)
+            self._announced.pop(pid, None)
+            self._procs.pop(pid, None)  # maybe dropped already, when its maps went
             try:
-                self._forget(pid)
+                self._forget(pid)  # the kernel's entry either way
             except Exception as exc:
                 self.fail("unwind", type(exc).__name__)
 
+    def has(self, pid: int) -> bool:
+        with self._plock:
+            return pid in self._procs
+
+    def ready(self, pid: int) -> bool:
+        """Every file of `pid` seen so far has its table in the kernel (or has none)."""
+        with self._plock, self._lock:
+            return pid in self._procs and not any(pid in w for w in self._waiting.values())\
+                and self._ready.empty()
+
     def _scan(self, pid: int) -> None:
         maps, _, known = self._procs[pid]
-        if not maps.refresh():
-            self._procs.pop(pid, None)  # gone
-            return
         files = frozenset((m.start, m.end, m.offset, m.path) for m in maps.maps
-                          if m.executable and m.is_file)
+                          if m.executable and m.is_file) if maps.refresh() else frozenset()
+        if not files:  # gone (an exiting process's maps read empty)
+            self._procs.pop(pid, None)
+            self._announce.discard(pid)
+            self._announced.pop(pid, None)
+            return
         self._procs[pid] = (maps, time.monotonic(), files)
         if files != known:
             self._push(pid)
@@ -120,6 +157,7 @@ class Unwinder:
             return
         maps, _, files = entry
         out = []
+        waiting = 0
         for start, end, offset, path in sorted(files):
             host = f"{maps.proc_root}/{pid}/root{path}"
             key = self._file_key(host)
@@ -132,6 +170,7 @@ class Unwinder:
                         self._waiting[key] = set()
                         self._queue.put((key, host))
                     self._waiting[key].add(pid)
+                    waiting += 1
                     continue
             if placed is None:
                 continue
@@ -144,6 +183,25 @@ class Unwinder:
             self._set_maps(pid, [m[:5] for m in out])
         except Exception as exc:  # the process map full: frame pointers for it
             self.fail("unwind", type(exc).__name__)
+            return
+        if pid in self._announce:
+            self._say(pid, out, waiting)
+
+    def _say(self, pid: int, out: list, waiting: int) -> None:
+        """At most two lines per change of a process's files: tables being built for it,
+        then all of them in. The last line said of a process is its state."""
+        said = self._announced.get(pid)
+        if waiting:
+            if said is None or said != "waiting":
+                self._announced[pid] = "waiting"
+                log.info("unwind tables for pid %d: %d files waiting for their tables", pid,
+                         waiting)
+            return
+        now = tuple(m[:2] for m in out)
+        if said != now:
+            self._announced[pid] = now
+            log.info("unwind tables in for pid %d: %d mappings, %d rows", pid, len(out),
+                     sum(m[4] for m in out))
 
     def _bias(self, host: str, start: int, offset: int) -> int | None:
         segs = self._segments.get(host)
@@ -185,8 +243,9 @@ class Unwinder:
                 else:
                     self.fail("unwind", "table_full")
                 self.builds.append(BuildStats(host, n, table.fdes, spent, table.source))
-                log.debug("unwind table of %s: %d rows from %d FDEs in %.2fs", host, n,
-                          table.fdes, spent)
+                log.log(logging.INFO if spent >= SLOW_BUILD_S else logging.DEBUG,
+                        "unwind table of %s: %d rows from %d FDEs in %.1fs of CPU", host, n,
+                        table.fdes, spent)
             except UnsupportedFile:
                 pass  # no call frame information: frame pointers there
             except Exception as exc:
@@ -197,15 +256,16 @@ class Unwinder:
             self._ready.put(pids)
 
     def apply_ready(self) -> None:
-        """On the profiler's thread: processes whose tables came in are pushed again."""
-        pids: set[int] = set()
-        while True:
-            try:
-                pids |= self._ready.get_nowait()
-            except queue.Empty:
-                break
-        for pid in pids:
-            self._push(pid)
+        """On a caller's thread: processes whose tables came in are pushed again."""
+        with self._plock:
+            pids: set[int] = set()
+            while True:
+                try:
+                    pids |= self._ready.get_nowait()
+                except queue.Empty:
+                    break
+            for pid in pids:
+                self._push(pid)
 
     def idle(self) -> bool:
         """No table being built or waiting to be given to its processes."""
@@ -217,4 +277,24 @@ class Unwinder:
         self._thread.join(timeout=5)
 
 
-__all__ = ["Unwinder", "BuildStats", "ROW_SIZE"]
+class UnwindTables:
+    """The agent's unwind tables: the kernel maps (reused by every BPF object that walks
+    user stacks: CPU samples, GPU allocations) and the Unwinder that fills them."""
+
+    def __init__(self, capacity_rows: int, fail: Callable[[str, str], None]) -> None:
+        self.maps = UnwindMaps(capacity_rows)
+        try:
+            self.unwinder = Unwinder(
+                capacity_rows, self.maps.write_rows,
+                lambda pid, maps: self.maps.set_maps(pid, pack_unwind_proc(maps)),
+                self.maps.forget, fail)
+        except BaseException:
+            self.maps.close()
+            raise
+
+    def close(self) -> None:
+        self.unwinder.close()
+        self.maps.close()
+
+
+__all__ = ["Unwinder", "UnwindTables", "BuildStats", "ROW_SIZE"]

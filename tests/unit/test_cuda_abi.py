@@ -30,6 +30,8 @@ int main(void) {
     O(gpu_mem_event, duration_ns); O(gpu_launch_key, caller); O(gpu_launch_key, device);
     printf("CUDA_ABI_VERSION %d\nGPU_MAX_STACK %d\nGPU_MAX_PY_FRAMES %d\nPROF_MAX_PY_FRAMES %d\n",
            CUDA_ABI_VERSION, GPU_MAX_STACK, GPU_MAX_PY_FRAMES, PROF_MAX_PY_FRAMES);
+    printf("GPU_MAX_LAUNCH_STACK %d\nPROF_MAX_USTACK %d\nCNT_UW %d %d\n", GPU_MAX_LAUNCH_STACK,
+           PROF_MAX_USTACK, GPU_CNT_UW_STACKS, GPU_CNT_UW_STOPPED);
     printf("EV %d %d %d\nAPI %d %d %d\nCNT %d\n", GPU_EV_ALLOC, GPU_EV_FREE, GPU_EV_INIT,
            GPU_API_MEM_ALLOC, GPU_API_MEMCPY_ASYNC, GPU_API_LAUNCH_KERNEL, GPU_CNT_MAX);
     return 0;
@@ -53,6 +55,11 @@ def test_layouts_match_the_header(c_layout):
     assert int(c_layout["gpu_config"]) == cuda_abi.GPU_CONFIG.size
     assert int(c_layout["CUDA_ABI_VERSION"]) == cuda_abi.CUDA_ABI_VERSION
     assert int(c_layout["GPU_MAX_STACK"]) == cuda_abi.GPU_MAX_STACK
+    assert int(c_layout["GPU_MAX_LAUNCH_STACK"]) == cuda_abi.GPU_MAX_LAUNCH_STACK
+    # the unwind-table walk fills at most a CPU sample's depth
+    assert int(c_layout["GPU_MAX_STACK"]) <= int(c_layout["PROF_MAX_USTACK"])
+    assert [cuda_abi.COUNTER_NAMES[int(i)] for i in c_layout["CNT_UW"].split()] == [
+        "unwind_stacks", "unwind_stopped"]
     # the Python walk writes PROF_MAX_PY_FRAMES entries into py[]
     assert c_layout["GPU_MAX_PY_FRAMES"] == c_layout["PROF_MAX_PY_FRAMES"]
     assert c_layout["EV"].split() == [str(cuda_abi.GPU_EV_ALLOC), str(cuda_abi.GPU_EV_FREE),
