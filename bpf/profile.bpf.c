@@ -44,7 +44,7 @@ struct {
 	__type(value, __u64);
 } prof_counters SEC(".maps");
 
-/* tid -> the thread of its process that last woke or created it (struct waker) */
+/* tid -> its dispatcher, and whether it runs Python (struct waker) */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, PROF_MAX_WAKERS);
@@ -52,35 +52,27 @@ struct {
 	__type(value, struct waker);
 } wakers SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, PROF_MAX_WAKERS);
-	__type(key, __u32);
-	__type(value, struct py_thread);
-} py_threads SEC(".maps");
-
-static __always_inline void note_python(__u32 pid, __u32 tid, bool python)
+/* The record of thread `tid` of process `pid`, made when missing. */
+static __always_inline struct waker *waker_of(__u32 pid, __u32 tid, bool make)
 {
-	struct py_thread *t = bpf_map_lookup_elem(&py_threads, &tid);
-	if (t && t->pid == pid && t->python == python)
-		return; /* as known: no write */
-	struct py_thread v = {.pid = pid, .python = python};
-	bpf_map_update_elem(&py_threads, &tid, &v, BPF_ANY);
+	struct waker *w = bpf_map_lookup_elem(&wakers, &tid);
+	if (w && w->pid == pid)
+		return w;
+	if (!make)
+		return 0;
+	struct waker v = {.pid = pid}; /* a new thread, or a tid used again by another process */
+	bpf_map_update_elem(&wakers, &tid, &v, BPF_ANY);
+	w = bpf_map_lookup_elem(&wakers, &tid);
+	return w && w->pid == pid ? w : 0;
 }
 
-/* Whether thread `tid` of the current process (`pid`) has a Python thread state: as last
- * seen, else searched once and remembered (a wake-up costs a thread-list search only the
- * first time a thread is seen waking another). */
-static __always_inline bool is_python(__u32 pid, __u32 tid)
+/* what a sample of the thread showed (written only when it changes) */
+static __always_inline struct waker *note_python(__u32 pid, __u32 tid, __u8 python)
 {
-	struct py_thread *t = bpf_map_lookup_elem(&py_threads, &tid);
-	if (t && t->pid == pid)
-		return t->python;
-	__u16 st = py_thread_status(tid);
-	if (st != PY_OK && st != PY_NO_THREAD)
-		return false; /* unreadable now: nothing remembered */
-	note_python(pid, tid, st == PY_OK);
-	return st == PY_OK;
+	struct waker *w = waker_of(pid, tid, true);
+	if (w && w->python != python)
+		w->python = python;
+	return w;
 }
 
 /* Whether a raw tracepoint runs on the current task's own kernel stack, that is not in
@@ -144,23 +136,20 @@ static __always_inline bool try_dispatcher(struct profile_sample *s, __u32 tid, 
 	return true;
 }
 
-static __always_inline void dispatcher_frames(struct profile_sample *s, __u32 pid)
+static __always_inline void dispatcher_frames(struct profile_sample *s, struct waker *w,
+					       __u32 pid)
 {
-	__u32 tid = s->tid;
-	struct waker *w = bpf_map_lookup_elem(&wakers, &tid);
-	if (!w || w->pid != pid)
-		return;
-	/* the root first: the Python thread the chain led to when it was made */
-	if (w->root != s->tid && try_dispatcher(s, w->root, 1))
-		return;
-	/* else the chain as it is now */
+	__u32 tid = w ? w->root : 0;
+	if (!tid)
+		return; /* nothing of the process woke or created it: PY_NO_THREAD */
+	/* the root, else the root's own (a root that proved to run no Python) */
 	for (int hop = 1; hop <= PROF_MAX_WAKER_HOPS; hop++) {
-		if (!w || w->pid != pid || w->tid == s->tid)
+		if (!tid || tid == s->tid)
 			break;
-		tid = w->tid;
-		if (tid != w->root && try_dispatcher(s, tid, hop))
+		if (try_dispatcher(s, tid, hop))
 			return;
-		w = bpf_map_lookup_elem(&wakers, &tid);
+		w = waker_of(pid, tid, false);
+		tid = w ? w->root : 0;
 	}
 	s->py_status = PY_NO_DISPATCHER;
 }
@@ -181,15 +170,24 @@ static __always_inline void remember_waker(void *ctx, struct task_struct *wakee)
 	__u32 tid = BPF_CORE_READ(wakee, pid);
 	if (tid == (__u32)id)
 		return;
-	struct waker w = {.pid = pid, .tid = (__u32)id, .root = (__u32)id};
-	struct waker *up = bpf_map_lookup_elem(&wakers, &w.tid);
-	/* a thread without Python state woke it: the dispatcher is the one that woke that */
-	if (up && up->pid == pid && up->root != tid && !is_python(pid, w.tid))
-		w.root = up->root;
-	struct waker *old = bpf_map_lookup_elem(&wakers, &tid);
-	if (old && old->pid == w.pid && old->tid == w.tid && old->root == w.root)
+	__u32 me = (__u32)id, root = me;
+	struct waker *up = waker_of(pid, me, false);
+	if (up && up->root && up->root != tid) {
+		/* a thread without Python state woke it: the dispatcher is its dispatcher */
+		if (up->python == TP_UNKNOWN) {
+			__u16 st = py_thread_status(me);
+			if (st == PY_OK)
+				up->python = TP_PYTHON;
+			else if (st == PY_NO_THREAD)
+				up->python = TP_NATIVE;
+		}
+		if (up->python == TP_NATIVE)
+			root = up->root;
+	}
+	struct waker *w = waker_of(pid, tid, true);
+	if (!w || w->root == root)
 		return; /* as known: no write */
-	bpf_map_update_elem(&wakers, &tid, &w, BPF_ANY);
+	w->root = root;
 	count(PCNT_WAKERS);
 }
 
@@ -253,12 +251,10 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 	py_walk_current(s->py, &s->py_frames, &s->py_status);
 	s->py_tid = s->tid;
 	s->py_hops = 0;
-	if (s->py_status == PY_NO_THREAD) {
-		note_python(pid, s->tid, false);
-		dispatcher_frames(s, pid);
-	} else if (s->py_status == PY_OK || s->py_status == PY_TRUNCATED) {
-		note_python(pid, s->tid, true);
-	}
+	if (s->py_status == PY_NO_THREAD)
+		dispatcher_frames(s, note_python(pid, s->tid, TP_NATIVE), pid);
+	else if (s->py_status == PY_OK || s->py_status == PY_TRUNCATED)
+		note_python(pid, s->tid, TP_PYTHON);
 	if (s->py_status != PY_OK && s->py_status != PY_TRUNCATED && s->py_status != PY_NONE)
 		count(PCNT_PY_ERRORS);
 	count(PCNT_SAMPLES);

@@ -30,24 +30,26 @@ enum py_status {
 	                       * either (PY_NO_THREAD: nothing of the process woke it) */
 };
 
-/* A thread's dispatcher: the thread of the same process that last woke it (sched_waking,
- * outside interrupts) or created it (sched_wakeup_new). A sample of a thread without a
- * Python thread state (an OpenMP or BLAS worker, a C++ thread pool's) carries the Python
- * frames of the first thread with one along that chain (docs/decisions.md §27). */
-struct waker {
-	__u32 pid;               /* the process (tgid) both threads belong to */
-	__u32 tid;               /* the thread that woke or created it */
-	__u32 root;              /* the first thread with a Python thread state up that chain,
-	                          * as far as known at the wake-up (else tid): when workers
-	                          * wake each other (the last one at a barrier wakes the rest),
-	                          * the dispatcher is still known */
+/* A thread's dispatcher: the first thread with a Python thread state up the chain of who
+ * last woke it (sched_waking, outside interrupts) or created it (sched_wakeup_new), within
+ * one process. A sample of a thread without a Python thread state (an OpenMP or BLAS
+ * worker, a C++ thread pool's) carries that thread's Python frames (docs/decisions.md §27).
+ * One record per thread of a Python process, updated in place. */
+enum thread_python {
+	TP_UNKNOWN = 0,
+	TP_PYTHON = 1,           /* a thread state of its own, as last seen */
+	TP_NATIVE = 2,           /* none */
 };
 
-/* whether a thread has a Python thread state, as last seen (its samples, or a search when
- * it woke a thread) */
-struct py_thread {
-	__u32 pid;
-	__u32 python;            /* 1: a thread state of its own */
+struct waker {
+	__u32 pid;               /* the process (tgid) of the thread */
+	__u32 root;              /* its dispatcher: the thread that woke or created it when
+	                          * that one runs Python (or is not known not to), else that
+	                          * one's root (the last worker at a barrier wakes the rest:
+	                          * the dispatcher stays known); 0: none */
+	__u8 python;             /* enum thread_python, of the thread itself: from its samples,
+	                          * or a thread-list search the first time it wakes a thread */
+	__u8 _pad[3];
 };
 
 /* Where the interpreter keeps what the walk needs, in bytes, for one CPython version
