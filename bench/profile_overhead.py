@@ -61,7 +61,7 @@ def profile_progs(name: str = "profile_cpu") -> dict[int, tuple[int, int]]:
 
 # the programs that remember who woke which thread of a Python process (a worker's
 # dispatcher): run at every wake-up on the host, charged to the waking threads
-WAKE_PROGS = "profile_wake*"
+WAKE_PROGS = "profile_wak*"  # profile_waking, profile_wakeup_new (cut at 15)
 
 
 def _start_workloads(ncpu: int, seconds: float, torch_threads: int) -> list:
