@@ -38,6 +38,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 WORKLOAD = REPO / "tests/integration/peers/cpu_workload.py"
+TORCH_WORKLOAD = REPO / "tests/integration/peers/torch_workload.py"
 SECTION = "## CPU profiling overhead"
 UNWIND_SECTION = "## Cost of unwind tables"
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -50,18 +51,41 @@ def cpu_s(pid: int) -> float:
 
 def profile_progs(name: str = "profile_cpu") -> dict[int, tuple[int, int]]:
     """id -> (run time ns, run count) of every loaded sampling program (bpftool here does
-    not name owner pids: the agent's is the one that appears when it starts)."""
+    not name owner pids: the agent's is the one that appears when it starts). A name
+    ending in `*`: every program whose name starts so (bpftool cuts names at 15)."""
     out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True)
+    match = (lambda n: n.startswith(name[:-1])) if name.endswith("*") else name.__eq__
     return {p["id"]: (p.get("run_time_ns", 0), p.get("run_cnt", 0))
-            for p in json.loads(out.stdout or "[]") if p.get("name") == name}
+            for p in json.loads(out.stdout or "[]") if match(p.get("name", ""))}
+
+
+# the programs that remember who woke which thread of a Python process (a worker's
+# dispatcher): run at every wake-up on the host, charged to the waking threads
+WAKE_PROGS = "profile_wak*"  # profile_waking, profile_wakeup_new (cut at 15)
+
+
+def _start_workloads(ncpu: int, seconds: float, torch_threads: int) -> list:
+    if not torch_threads:
+        workloads = [subprocess.Popen([sys.executable, str(WORKLOAD), str(seconds + 60)],
+                                      stdout=subprocess.PIPE, text=True) for _ in range(ncpu)]
+        for w in workloads:
+            w.stdout.readline()
+        return workloads
+    # one torch program with intra-op threads: matmul on OpenMP/MKL workers, woken by
+    # the main thread at every parallel region
+    w = subprocess.Popen([sys.executable, str(TORCH_WORKLOAD), str(seconds + 120), "early",
+                          f"threads={torch_threads}"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    assert w.stdout.readline().strip() == "READY"
+    w.stdin.write("go\n")
+    w.stdin.flush()
+    assert w.stdout.readline().strip() == "IMPORTED"
+    return [w]
 
 
 def measure(freq: int, seconds: float, ncpu: int, unwind: bool = False,
-            warmup_s: float = 3.0) -> dict:
-    workloads = [subprocess.Popen([sys.executable, str(WORKLOAD), str(seconds + 60)],
-                                  stdout=subprocess.PIPE, text=True) for _ in range(ncpu)]
-    for w in workloads:
-        w.stdout.readline()
+            warmup_s: float = 3.0, torch_threads: int = 0) -> dict:
+    workloads = _start_workloads(ncpu, seconds, torch_threads)
     tmp = Path(tempfile.mkdtemp(prefix="profile-bench-"))
     cfg = tmp / "config.yaml"
     cfg.write_text(f"""
@@ -80,7 +104,7 @@ service:
 """)
     # on again for each run: another bench on a shared machine may have switched it off
     Path("/proc/sys/kernel/bpf_stats_enabled").write_text("1")
-    before = set(profile_progs())
+    before = set(profile_progs()) | set(profile_progs(WAKE_PROGS))
     agent = subprocess.Popen([str(REPO / ".venv/bin/otel-ebpf"), "run", "-c", str(cfg)],
                              stderr=subprocess.PIPE, text=True)
     try:
@@ -91,12 +115,16 @@ service:
             if time.monotonic() > deadline:
                 raise TimeoutError("agent not ready")
         time.sleep(warmup_s)  # with tables: the workload's files are built by then (~1 s)
-        mine = set(profile_progs()) - before
+        mine = (set(profile_progs()) | set(profile_progs(WAKE_PROGS))) - before
         c0, t0 = cpu_s(agent.pid), time.monotonic()
         b0 = [sum(v[i] for k, v in profile_progs().items() if k in mine) for i in (0, 1)]
+        w0 = [sum(v[i] for k, v in profile_progs(WAKE_PROGS).items() if k in mine)
+              for i in (0, 1)]
         time.sleep(seconds)
         c1, t1 = cpu_s(agent.pid), time.monotonic()
         b1 = [sum(v[i] for k, v in profile_progs().items() if k in mine) for i in (0, 1)]
+        w1 = [sum(v[i] for k, v in profile_progs(WAKE_PROGS).items() if k in mine)
+              for i in (0, 1)]
     finally:
         agent.send_signal(signal.SIGINT)
         try:
@@ -112,7 +140,9 @@ service:
     runs = b1[1] - b0[1]
     return {"freq": freq, "unwind": unwind, "agent_pct": 100 * (c1 - c0) / (t1 - t0),
             "bpf_us": (b1[0] - b0[0]) / runs / 1000 if runs else float("nan"),
-            "runs_per_s": runs / (t1 - t0), "samples": samples}
+            "runs_per_s": runs / (t1 - t0), "samples": samples,
+            "wake_pct": 100 * (w1[0] - w0[0]) / 1e9 / (t1 - t0),
+            "wakes_per_s": (w1[1] - w0[1]) / (t1 - t0)}
 
 
 TABLE_CHILD = """
@@ -211,6 +241,9 @@ def main() -> None:
                     help="frame pointers and unwind tables side by side")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--table-of", help="also measure building this file's unwind table")
+    ap.add_argument("--torch-threads", type=int, default=0,
+                    help="profile one torch program with this many intra-op threads "
+                         "instead of a Python workload per CPU (prints, --out not used)")
     args = ap.parse_args()
     ncpu = os.cpu_count() or 2
     if args.unwind:
@@ -220,9 +253,14 @@ def main() -> None:
     old = stats_path.read_text().strip()
     stats_path.write_text("1")
     try:
-        rows = [measure(int(f), args.seconds, ncpu) for f in args.frequencies.split(",")]
+        rows = [measure(int(f), args.seconds, ncpu, torch_threads=args.torch_threads)
+                for f in args.frequencies.split(",") for _ in range(args.repeats)]
     finally:
         stats_path.write_text(old)
+    if args.torch_threads:
+        for r in rows:
+            print(json.dumps(r))
+        return
     lines = [SECTION, "",
              f"`sudo .venv/bin/python bench/profile_overhead.py --seconds {args.seconds:g}`: "
              f"{ncpu} CPUs, each busy with one profiled Python workload (Python, zlib and "
@@ -235,6 +273,9 @@ def main() -> None:
     for r in rows:
         lines.append(f"| {r['freq']} Hz | {r['agent_pct']:.2f} | {r['bpf_us']:.1f} | "
                      f"{r['runs_per_s']:.0f} | {r['samples']} |")
+    lines += ["", "Wake-up programs (a worker's dispatcher, docs/decisions.md §27): "
+              + "; ".join(f"{r['freq']} Hz {r['wakes_per_s']:.0f} runs/s, "
+                          f"{r['wake_pct']:.3f}% of one core" for r in rows)]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -36,8 +36,12 @@ COUNTERS: dict[str, tuple[str, str]] = {
     "spans.dropped": ("{span}", "Spans dropped because an export queue was full"),
     "profiles.samples": ("{sample}", "CPU samples received from the kernel"),
     "profiles.samples_dropped": ("{sample}", "CPU samples dropped: too many waiting for export"),
-    "profiles.python_walk_failed": ("{sample}", "Samples of Python processes whose Python "
-                                    "frames could not be read"),
+    "profiles.python_walk_failed": ("{sample}", "Samples of Python processes without Python "
+                                    "frames, by reason (no_dispatcher: a native thread no "
+                                    "thread of the process woke; dispatcher_not_python; "
+                                    "read_error)"),
+    "profiles.worker_samples": ("{sample}", "Samples of native worker threads given the Python "
+                                "frames of the thread that woke them"),
     "profiles.errors": ("{error}", "Profiler steps that failed and were skipped (one sample's "
                         "part, address, file or export), by stage and reason"),
     "profiles.exported": ("{sample}", "CPU samples a profile exporter delivered, by exporter"),

@@ -10,6 +10,8 @@
 #define PROF_MAX_PY_FRAMES 96   /* Python frames walked per sample */
 #define PROF_MAX_PY_THREADS 64  /* thread states searched for the sampled thread */
 #define PROF_MAX_TARGETS 1024
+#define PROF_MAX_WAKER_HOPS 4   /* threads without Python state followed to a dispatcher */
+#define PROF_MAX_WAKERS 16384   /* threads whose last waker is remembered */
 #define PROF_NO_FIELD 0xffffffffu
 
 /* py[] entries are code object addresses (8-aligned); the low bit marks the last (outermost)
@@ -23,6 +25,31 @@ enum py_status {
 	PY_NO_THREAD = 2,   /* no thread state of the interpreter belongs to this thread */
 	PY_READ_ERROR = 3,  /* a read of the interpreter's memory failed midway */
 	PY_TRUNCATED = 4,   /* deeper than PROF_MAX_PY_FRAMES: the outermost frames are missing */
+	PY_NO_DISPATCHER = 5, /* no thread state of its own, and the threads that woke it (or
+	                       * created it), followed PROF_MAX_WAKER_HOPS deep, have none
+	                       * either (PY_NO_THREAD: nothing of the process woke it) */
+};
+
+/* A thread's dispatcher: the first thread with a Python thread state up the chain of who
+ * last woke it (sched_waking, outside interrupts) or created it (sched_wakeup_new), within
+ * one process. A sample of a thread without a Python thread state (an OpenMP or BLAS
+ * worker, a C++ thread pool's) carries that thread's Python frames (docs/decisions.md §27).
+ * One record per thread of a Python process, updated in place. */
+enum thread_python {
+	TP_UNKNOWN = 0,
+	TP_PYTHON = 1,           /* a thread state of its own, as last seen */
+	TP_NATIVE = 2,           /* none */
+};
+
+struct waker {
+	__u32 pid;               /* the process (tgid) of the thread */
+	__u32 root;              /* its dispatcher: the thread that woke or created it when
+	                          * that one runs Python (or is not known not to), else that
+	                          * one's root (the last worker at a barrier wakes the rest:
+	                          * the dispatcher stays known); 0: none */
+	__u8 python;             /* enum thread_python, of the thread itself: from its samples,
+	                          * or a thread-list search the first time it wakes a thread */
+	__u8 _pad[3];
 };
 
 /* Where the interpreter keeps what the walk needs, in bytes, for one CPython version
@@ -102,6 +129,9 @@ struct profile_sample {
 	__u16 py_frames;         /* entries used in py[] */
 	__u16 py_status;         /* enum py_status */
 	char comm[PROF_COMM_LEN];/* the thread's name */
+	__u32 py_tid;            /* whose Python frames py[] holds: tid, or its dispatcher's */
+	__u8 py_hops;            /* wakers followed to py_tid (0: the thread's own frames) */
+	__u8 _pad[3];
 	__u64 kstack[PROF_MAX_KSTACK];
 	__u64 ustack[PROF_MAX_USTACK];
 	__u64 py[PROF_MAX_PY_FRAMES];
@@ -117,7 +147,10 @@ enum prof_counter_idx {
 	PCNT_UW_STOPPED = 6,     /* walks ended by a row saying stop: the outermost frame
 	                          * (_start), or rules the walker cannot follow */
 	PCNT_UW_SCAN = 7,        /* leaves without rules stepped over by a stack scan */
-	PCNT_MAX = 8,
+	PCNT_WAKERS = 8,         /* wake-ups and thread creations within a Python process
+	                          * remembered (a thread's dispatcher) */
+	PCNT_WORKER = 9,         /* samples given their dispatcher's Python frames */
+	PCNT_MAX = 10,
 };
 
 #endif

@@ -91,30 +91,46 @@ static long py_frame_step(__u64 i, struct py_walk_state *w)
 	return 0;
 }
 
-/* The current thread's Python frames into out[PROF_MAX_PY_FRAMES]; *n frames, *status an
- * enum py_status (PY_NONE when the process is not a registered Python process). */
-static __always_inline void py_walk_current(__u64 *out, __u16 *n, __u16 *status)
+/* w->ts := the thread state of w->tid: PY_OK, PY_NO_THREAD or PY_READ_ERROR */
+static __always_inline __u16 py_find_thread(struct py_proc *p, struct py_walk_state *w)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 pid = id >> 32;
+	__u64 interp = py_read_ptr(p->runtime + w->o.interp_head);
+	w->ts = interp ? py_read_ptr(interp + w->o.threads_head) : 0;
+	if (!w->ts)
+		return PY_READ_ERROR;
+	/* searched by thread id: a thread without the GIL still has its frames */
+	bpf_loop(PROF_MAX_PY_THREADS, py_thread_step, w, 0);
+	return w->found ? PY_OK : PY_NO_THREAD;
+}
+
+/* Whether thread `tid` of the current process has a thread state: an enum py_status as
+ * py_walk_thread's, without the frames. */
+static __always_inline __u16 py_thread_status(__u32 tid)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	struct py_proc *p = bpf_map_lookup_elem(&py_procs, &pid);
+	if (!p)
+		return PY_NONE;
+	struct py_walk_state w = {.o = p->o, .tid = tid, .status = PY_OK};
+	return py_find_thread(p, &w);
+}
+
+/* The Python frames of thread `tid` of the current process into out[PROF_MAX_PY_FRAMES];
+ * *n frames, *status an enum py_status (PY_NONE when the process is not a registered Python
+ * process). `tid` may be another thread than the current one: the walk reads the process's
+ * memory, which all its threads share (the profiler walks a worker's dispatcher so). */
+static __always_inline void py_walk_thread(__u32 tid, __u64 *out, __u16 *n, __u16 *status)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 	*n = 0;
 	*status = PY_NONE;
 	struct py_proc *p = bpf_map_lookup_elem(&py_procs, &pid);
 	if (!p)
 		return;
-	struct py_walk_state w = {.o = p->o, .tid = (__u32)id, .status = PY_OK};
-	__u64 interp = py_read_ptr(p->runtime + w.o.interp_head);
-	w.ts = interp ? py_read_ptr(interp + w.o.threads_head) : 0;
-	if (!w.ts) {
-		*status = PY_READ_ERROR;
+	struct py_walk_state w = {.o = p->o, .tid = tid, .status = PY_OK};
+	*status = py_find_thread(p, &w);
+	if (*status != PY_OK)
 		return;
-	}
-	/* searched by thread id: a thread without the GIL still has its frames */
-	bpf_loop(PROF_MAX_PY_THREADS, py_thread_step, &w, 0);
-	if (!w.found) {
-		*status = PY_NO_THREAD;
-		return;
-	}
 	w.frame = py_read_ptr(w.ts + w.o.tstate_frame);
 	if (w.frame && w.o.cframe_current != PROF_NO_FIELD)
 		w.frame = py_read_ptr(w.frame + w.o.cframe_current);
@@ -126,6 +142,12 @@ static __always_inline void py_walk_current(__u64 *out, __u16 *n, __u16 *status)
 	bpf_probe_read_kernel(out, sizeof(sc->py), sc->py);
 	*n = w.n < PROF_MAX_PY_FRAMES ? w.n : PROF_MAX_PY_FRAMES;
 	*status = w.status;
+}
+
+/* The current thread's Python frames (see py_walk_thread). */
+static __always_inline void py_walk_current(__u64 *out, __u16 *n, __u16 *status)
+{
+	py_walk_thread((__u32)bpf_get_current_pid_tgid(), out, n, status);
 }
 
 #endif

@@ -31,13 +31,17 @@ MAX_PY_FRAMES = 96
 MAX_TARGETS = 1024
 NO_FIELD = 0xFFFFFFFF
 PY_F_ENTRY = 1
-PY_NONE, PY_OK, PY_NO_THREAD, PY_READ_ERROR, PY_TRUNCATED = 0, 1, 2, 3, 4
+PY_NONE, PY_OK, PY_NO_THREAD, PY_READ_ERROR, PY_TRUNCATED, PY_NO_DISPATCHER = range(6)
+MAX_WAKER_HOPS = 4
 COUNTER_NAMES = {0: "samples", 1: "drops", 2: "python_errors", 3: "unwind_samples",
                  4: "unwind_table_frames", 5: "unwind_fp_frames", 6: "unwind_stopped",
-                 7: "unwind_scanned"}
+                 7: "unwind_scanned", 8: "wakers", 9: "worker_samples"}
+# programs that remember which thread of a Python process woke (or created) which: a
+# worker's dispatcher (docs/decisions.md §27)
+WAKER_PROGRAMS = ("profile_waking", "profile_wakeup_new")
 
 # struct profile_sample: header, then three u64 arrays
-_HEADER = struct.Struct("<QIIIiiHH16s")
+_HEADER = struct.Struct("<QIIIiiHH16sIB3x")
 SAMPLE_SIZE = _HEADER.size + 8 * (MAX_KSTACK + MAX_USTACK + MAX_PY_FRAMES)
 _K_AT = _HEADER.size
 _U_AT = _K_AT + 8 * MAX_KSTACK
@@ -78,6 +82,15 @@ class RawSample:
     ustack: tuple[int, ...]
     py: tuple[int, ...]
     py_status: int
+    # whose Python frames `py` holds: `tid`, or (a thread without a Python thread state,
+    # a worker) the dispatcher's found `py_hops` wakers away
+    py_tid: int = 0
+    py_hops: int = 0
+
+    @property
+    def dispatched(self) -> bool:
+        """A worker's sample carrying the Python frames of the thread that handed it work."""
+        return self.py_hops > 0 and self.py_tid != self.tid
 
 
 class BadSample(ValueError):
@@ -92,14 +105,15 @@ def _u64s(record: bytes, at: int, nbytes: int, cap: int) -> tuple[int, ...]:
 def decode(record: bytes) -> RawSample:
     if len(record) != SAMPLE_SIZE:
         raise BadSample(f"sample of {len(record)} bytes, expected {SAMPLE_SIZE}")
-    ts, pid, tid, cpu, kbytes, ubytes, npy, status, comm = _HEADER.unpack_from(record)
+    ts, pid, tid, cpu, kbytes, ubytes, npy, status, comm, py_tid, hops = \
+        _HEADER.unpack_from(record)
     return RawSample(
         ts_ns=ts, pid=pid, tid=tid, cpu=cpu,
         comm=comm.split(b"\0", 1)[0].decode(errors="replace"),
         kstack=_u64s(record, _K_AT, kbytes, MAX_KSTACK),
         ustack=_u64s(record, _U_AT, ubytes, MAX_USTACK),
         py=_u64s(record, _P_AT, 8 * npy, MAX_PY_FRAMES),
-        py_status=status,
+        py_status=status, py_tid=py_tid, py_hops=hops,
     )
 
 
@@ -205,6 +219,8 @@ class CpuSampler:
                     os.close(fd)
                     raise
                 # libbpf's perf-event link owns the fd from here: destroying it closes it
+            for program in WAKER_PROGRAMS:
+                self.obj.attach(program)
         except BaseException:
             self.close()
             raise

@@ -220,6 +220,10 @@ class BPFObject:
                                               binary.encode(), offset)
         return self._keep(link, f"uprobe {program} on {binary}+{offset:#x}")
 
+    def attach(self, program: str) -> int:
+        """One program whose section names its target (raw_tp/..., tracepoint/...)."""
+        return self._keep(lib.bpf_program__attach(self._program(program)), f"attaching {program}")
+
     def attach_perf_event(self, program: str, perf_fd: int) -> int:
         link = lib.bpf_program__attach_perf_event(self._program(program), perf_fd)
         return self._keep(link, f"attaching {program} to perf event {perf_fd}")

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 KERNEL, NATIVE, PYTHON = "kernel", "native", "python"
+MARKER = "marker"  # a frame the profiler adds: no code of the program's
 EVAL_FUNCTION = "_PyEval_EvalFrameDefault"
 
 
@@ -53,5 +54,25 @@ def merge(kernel: Sequence[Frame], native: Sequence[Frame],
         else:
             out.append(frame)
     for group in pending:
+        out.extend(group)
+    return out
+
+
+# Between the Python frames of the thread that handed work out (a function calling
+# torch.matmul with several intra-op threads) and the frames of the worker thread that ran
+# it (gomp_thread_start, the BLAS kernel): the worker's CPU shows under its dispatcher's
+# Python caller, and this frame says that it was not the dispatcher's own thread
+# (docs/decisions.md §27). One name for every worker and dispatcher, so the workers' time
+# adds up in one place of a flame graph; which threads: the sample's `thread.id` (the
+# worker) and `dispatcher.thread.id` attributes.
+WORKER_FRAME = Frame("[dispatched to worker threads]", "[worker]", MARKER)
+
+
+def merge_dispatched(kernel: Sequence[Frame], native: Sequence[Frame],
+                     groups: Sequence[Sequence[Frame]]) -> list[Frame]:
+    """A worker's stack: its kernel and native frames (no evaluator among them: the thread
+    runs no Python), then WORKER_FRAME, then its dispatcher's Python frames."""
+    out = list(kernel) + list(native) + [WORKER_FRAME]
+    for group in groups:
         out.extend(group)
     return out

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from otel_ebpf.export.profiles import ProfileBatch, ProfileSample
-from otel_ebpf.kernel.cpu_sampler import PY_NO_THREAD, PY_READ_ERROR, CpuSampler
+from otel_ebpf.kernel.cpu_sampler import (PY_NO_DISPATCHER, PY_NO_THREAD, PY_READ_ERROR,
+                                          CpuSampler)
 from otel_ebpf.kernel.libbpf import LibbpfLog
 
 from .links import ActiveSpans
@@ -26,6 +27,11 @@ from .unwinder import Unwinder, UnwindTables
 log = logging.getLogger(__name__)
 
 SAMPLE_TYPES = (("samples", "count"), ("cpu", "nanoseconds"))
+# why a sample of a Python process has no Python frames (profiles.python_walk_failed):
+# a thread without a thread state of its own (a native worker) that no thread of the
+# process woke or created, or whose wakers have none either; the interpreter unreadable
+WALK_FAILED = {PY_NO_THREAD: "no_dispatcher", PY_NO_DISPATCHER: "dispatcher_not_python",
+               PY_READ_ERROR: "read_error"}
 MAX_PENDING = 1_000_000  # samples held between exports; more are dropped and counted
 
 
@@ -162,8 +168,12 @@ class CpuProfiler:
     def poll(self, timeout_ms: int) -> int:
         raws = self.sampler.poll(timeout_ms)
         for raw in raws:
-            if raw.py_status in (PY_NO_THREAD, PY_READ_ERROR) and self.stats is not None:
-                self.stats.add("profiles.python_walk_failed")
+            if self.stats is not None:
+                if raw.py_status in WALK_FAILED:
+                    self.stats.add("profiles.python_walk_failed",
+                                   reason=WALK_FAILED[raw.py_status])
+                elif raw.dispatched:
+                    self.stats.add("profiles.worker_samples")
             if len(self.pending) >= MAX_PENDING:
                 if self.stats is not None:
                     self.stats.add("profiles.samples_dropped")
@@ -215,7 +225,7 @@ class CpuProfiler:
                 samples.append(ProfileSample(
                     stack=st.frames, values=(1, period),
                     resource=self._resource(st.pid, st.comm),
-                    attributes={"thread.id": st.tid, "thread.name": st.comm},
+                    attributes=_thread_attributes(st),
                     link=self.spans.find(st.pid, st.tid, st.ts_ns),
                     timestamp_ns=self.to_wall(st.ts_ns)))
             except Exception as exc:  # this sample only
@@ -248,6 +258,13 @@ class CpuProfiler:
         self.sampler.close()
         if self._own_tables and self.tables is not None:
             self.tables.close()  # shared tables are the agent's to close
+
+
+def _thread_attributes(st: Stack) -> dict[str, Any]:
+    attrs: dict[str, Any] = {"thread.id": st.tid, "thread.name": st.comm}
+    if st.dispatcher:  # a worker's CPU shown under the Python stack that handed it work
+        attrs["dispatcher.thread.id"] = st.dispatcher
+    return attrs
 
 
 def _scalars(attrs: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from otel_ebpf.kernel.cpu_sampler import PY_F_ENTRY, RawSample
 
 from .demangle import demangle
 from .elf import ElfCache, follows_call, read_file
-from .frames import KERNEL, NATIVE, PYTHON, Frame, merge, python_groups
+from .frames import KERNEL, NATIVE, PYTHON, Frame, merge, merge_dispatched, python_groups
 from .kallsyms import KernelSymbols
 from .procmaps import ProcessMaps
 from .python_procs import CodeNames, Interpreter, find_interpreter
@@ -34,6 +34,9 @@ class Stack:
     ts_ns: int
     comm: str
     frames: tuple[Frame, ...]   # innermost first
+    # a worker thread's sample with the Python frames of this thread, which handed it the
+    # work (0: the thread's own frames, or none)
+    dispatcher: int = 0
 
 
 # (stage, reason): stage is where it failed (kernel, native, python, process_setup), the
@@ -104,6 +107,9 @@ class Symbolizer:
         kernel = self._guarded("kernel", lambda: [self._kernel_frame(a) for a in s.kstack])
         native = self._guarded("native", lambda: self.native(s.pid, s.ustack))
         groups = self._guarded("python", lambda: self.python(s.pid, s.py) or []) if s.py else []
+        if s.dispatched and groups:
+            return Stack(s.pid, s.tid, s.ts_ns, s.comm,
+                         tuple(merge_dispatched(kernel, native, groups)), s.py_tid)
         return Stack(s.pid, s.tid, s.ts_ns, s.comm, tuple(merge(kernel, native, groups)))
 
     def _guarded(self, stage: str, step: Callable[[], list]) -> list:

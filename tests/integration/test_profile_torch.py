@@ -170,3 +170,94 @@ def test_torch_matmul_stacks_reach_libtorch_with_unwind_tables(tmp_path):
     print(report)
     assert reached >= 0.8 * n_hot, report
     assert abs(share - want) <= 0.10, report
+
+
+# the frame between a dispatcher's Python frames and its worker's (docs/profiling.md)
+WORKER = "[dispatched to worker threads]"
+
+
+class _Batches:
+    """A profile exporter that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.samples = []
+
+    def export(self, batch) -> bool:
+        self.samples.extend(batch.samples)
+        return True
+
+    def shutdown(self) -> None:
+        pass
+
+
+@pytest.mark.timeout(900)
+def test_torch_intra_op_workers_carry_the_dispatching_python_function():
+    """torch.set_num_threads(4): matmul's work runs on OpenMP/MKL worker threads, which
+    have no Python thread state. Their samples must carry the Python function that
+    dispatched the work (the main thread's torch_hot, at the instant of the sample),
+    under the worker frame and with the dispatcher's thread id; and the function's share
+    of the samples must then match the share of the process's CPU it measured (the
+    workers' CPU included), which it cannot when the workers' samples have no caller."""
+    require_kernel()
+    require_torch()
+    from otel_ebpf.kernel.libbpf import LibbpfLog
+    from otel_ebpf.profiling.profiler import CpuProfiler, ProfilerSettings
+    from otel_ebpf.telemetry import Stats
+
+    kept = _Batches()
+    stats = Stats()
+    proc = subprocess.Popen([sys.executable, str(WORKLOAD), str(RUN_S), "early", "threads=4"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert _wait_line(proc) == "READY"
+        profiler = CpuProfiler(
+            ProfilerSettings(frequency=FREQUENCY, interval_s=3600, pids=(proc.pid,)),
+            {"kept": kept}, LibbpfLog(), resources=lambda pid, comm: {"process.pid": pid},
+            to_wall=lambda t: t, stats=stats)
+        try:
+            profiler.start()
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            assert _wait_line(proc) == "IMPORTED"
+            measured = json.loads(_wait_line(proc))
+            profiler.stop()
+        finally:
+            profiler.close()
+        proc.stdin.write("done\n")
+        proc.stdin.flush()
+    finally:
+        stop_process(proc)
+
+    main = measured["main_tid"]
+    assert main == proc.pid and len(measured["threads"]) >= 4, measured
+    samples = [s for s in kept.samples if s.resource.get("process.pid") == proc.pid]
+    names = [[f.name for f in reversed(s.stack)] for s in samples]  # root first
+    workers = [(s, n) for s, n in zip(samples, names) if s.attributes["thread.id"] != main]
+    total = len(samples)
+    # samples come with the CPU the program got (a busy machine gives it less)
+    assert total >= 0.5 * measured["total_cpu_s"] * FREQUENCY, f"only {total} samples"
+    assert len(workers) >= 0.1 * total, f"{len(workers)} of {total} samples on workers"
+
+    def under_torch_hot(s, n) -> bool:
+        """torch_hot, then the worker frame, then only the worker's own native frames."""
+        if "torch_hot" not in n or WORKER not in n:
+            return False
+        at = n.index(WORKER)
+        return (n[at - 1] == "torch_hot" and "torch_hot" not in n[at + 1:]
+                and s.attributes.get("dispatcher.thread.id") == main)
+
+    carried = sum(under_torch_hot(s, n) for s, n in workers)
+    marked = sum(WORKER in n for _, n in workers)
+    # a worker frame only on workers' samples, each with its dispatcher
+    assert all(WORKER not in n for s, n in zip(samples, names)
+               if s.attributes["thread.id"] == main)
+    hot = sum("torch_hot" in n for n in names)
+    share, want = hot / total, measured["torch_hot_cpu_s"] / measured["total_cpu_s"]
+    failed = {dict(labels).get("reason"): v for (name, labels), v in stats.snapshot().items()
+              if name == "profiles.python_walk_failed"}
+    report = (f"{carried}/{len(workers)} worker samples carry torch_hot ({marked} marked); "
+              f"torch_hot {share:.3f} of {total} samples vs {want:.3f} of the process's CPU "
+              f"measured; without Python frames: {failed}")
+    print(report)
+    assert carried >= 0.8 * len(workers), report
+    assert abs(share - want) <= 0.10, report

@@ -139,3 +139,30 @@ def test_a_failing_step_is_counted_not_raised(child, monkeypatch):
         assert sym.failures[("native", "error")] == 1
     finally:
         sym.close()
+
+
+def test_a_workers_sample_shows_its_dispatchers_frames_marked(child):
+    """A thread without Python state whose sample carries the frames of the thread that
+    woke it: the worker frame between, the dispatcher in its attributes; a thread's own
+    frames get neither."""
+    from otel_ebpf.profiling.frames import WORKER_FRAME
+    from otel_ebpf.profiling.profiler import _thread_attributes
+
+    pid, code, _ = child
+    sym = Symbolizer()
+    try:
+        worker = RawSample(ts_ns=1, pid=pid, tid=pid + 1, cpu=0, comm="worker", kstack=(),
+                           ustack=(0x401000,), py=(code | PY_F_ENTRY,), py_status=PY_OK,
+                           py_tid=pid, py_hops=1)
+        stack = sym.stack(worker)
+        assert [f.name for f in stack.frames][-2:] == [WORKER_FRAME.name, "named_function"]
+        assert stack.dispatcher == pid
+        assert _thread_attributes(stack) == {"thread.id": pid + 1, "thread.name": "worker",
+                                             "dispatcher.thread.id": pid}
+        own = sym.stack(RawSample(ts_ns=1, pid=pid, tid=pid, cpu=0, comm="child", kstack=(),
+                                  ustack=(), py=(code | PY_F_ENTRY,), py_status=PY_OK,
+                                  py_tid=pid))
+        assert WORKER_FRAME not in own.frames and own.dispatcher == 0
+        assert "dispatcher.thread.id" not in _thread_attributes(own)
+    finally:
+        sym.close()

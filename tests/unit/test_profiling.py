@@ -58,7 +58,7 @@ int main(void) {
 
 def test_decode_sample_roundtrip():
     import struct
-    head = struct.pack("<QIIIiiHH16s", 5, 10, 11, 1, 16, 8, 2, 1, b"worker")
+    head = struct.pack("<QIIIiiHH16sIB3x", 5, 10, 11, 1, 16, 8, 2, 1, b"worker", 10, 2)
     body = bytearray(cpu_sampler.SAMPLE_SIZE - len(head))
     struct.pack_into("<2Q", body, 0, 0xffffffff81000000, 0xffffffff81000010)
     struct.pack_into("<Q", body, 8 * cpu_sampler.MAX_KSTACK, 0x401000)
@@ -66,6 +66,8 @@ def test_decode_sample_roundtrip():
                      0x7000 | 1, 0x8000)
     s = cpu_sampler.decode(head + bytes(body))
     assert (s.pid, s.tid, s.comm, s.py_status) == (10, 11, "worker", 1)
+    # a worker's sample with the frames of thread 10, two wakers away
+    assert (s.py_tid, s.py_hops, s.dispatched) == (10, 2, True)
     assert s.kstack == (0xffffffff81000000, 0xffffffff81000010)
     assert s.ustack == (0x401000,)
     assert s.py == (0x7001, 0x8000)
@@ -86,6 +88,19 @@ def test_python_frames_replace_evaluator_frames_in_order():
     out = merge([_f("page_fault", KERNEL)], native, groups)
     assert [f.name for f in out] == ["page_fault", "deflate", "zlib_compress", "inner",
                                      "middle", "PyObject_Call", "outer", "main"]
+
+
+def test_a_workers_stack_has_its_dispatchers_python_frames_under_the_worker_frame():
+    from otel_ebpf.profiling.frames import WORKER_FRAME, merge_dispatched
+
+    groups = [[_f("torch_hot", PYTHON), _f("main", PYTHON)]]
+    native = [_f("mkl_blas_sgemm_kernel"), _f("gomp_thread_start"), _f("start_thread")]
+    out = merge_dispatched([_f("page_fault", KERNEL)], native, groups)
+    assert [f.name for f in out] == ["page_fault", "mkl_blas_sgemm_kernel",
+                                     "gomp_thread_start", "start_thread", WORKER_FRAME.name,
+                                     "torch_hot", "main"]
+    # the name the docs and the integration test give it
+    assert WORKER_FRAME.name == "[dispatched to worker threads]"
 
 
 def test_python_frames_go_below_a_short_native_unwind():
