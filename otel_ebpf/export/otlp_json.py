@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 from opentelemetry.sdk.trace import ReadableSpan
 
-from otel_ebpf.export.otlp_proto import by_resource_and_scope
+from otel_ebpf.export.otlp_proto import by_resource_and_scope, pair_cache_key
 
 # OTLP's SpanKind counts from 1 (UNSPECIFIED = 0); the API's from 0 (INTERNAL = 0)
 _KIND_OFFSET = 1
@@ -42,16 +42,8 @@ def _value(v: Any) -> dict[str, Any]:
 _pairs: dict[tuple, bytes] = {}
 
 
-def _cache_key(key: str, value: Any) -> tuple:
-    """The pair's identity, types included: True == 1 == 1.0 as dict keys, and without its
-    type a 1 after a True was written as the cached boolean."""
-    if type(value) is list:
-        return key, list, tuple((type(x), x) for x in value)
-    return key, type(value), value
-
-
 def _key_value(key: str, value: Any) -> bytes:
-    cache_key = _cache_key(key, value)
+    cache_key = pair_cache_key(key, value)
     encoded = _pairs.get(cache_key)
     if encoded is None:
         # a copy of exact size: orjson's result keeps its ~4 KB write buffer, which, kept

@@ -64,7 +64,7 @@ def _any_value(v: Any) -> bytes:
 _pairs: dict[tuple, bytes] = {}
 
 
-def _cache_key(key: str, value: Any) -> tuple:
+def pair_cache_key(key: str, value: Any) -> tuple:
     """The pair's identity, types included: True == 1 == 1.0 as dict keys, and without its
     type a 1 after a True was written as the cached boolean."""
     if type(value) is list:
@@ -74,7 +74,7 @@ def _cache_key(key: str, value: Any) -> tuple:
 
 def _key_value(key: str, value: Any) -> bytes:
     """A KeyValue message's bytes, from the cache when this pair was seen before."""
-    cache_key = _cache_key(key, value)
+    cache_key = pair_cache_key(key, value)
     encoded = _pairs.get(cache_key)
     if encoded is None:
         encoded = _field(b"\x0a", key.encode()) + _field(b"\x12", _any_value(value))
