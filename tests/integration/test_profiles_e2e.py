@@ -145,6 +145,7 @@ def test_python_and_native_shares(label, receiver, tmp_path):
     from otel_ebpf.export.profile_exporters import build_profile_exporters
     from otel_ebpf.kernel.libbpf import LibbpfLog
     from otel_ebpf.profiling.profiler import CpuProfiler, ProfilerSettings
+    from otel_ebpf.telemetry import Stats
 
     rec, port = receiver
     exporters, _ = build_profile_exporters({
@@ -155,12 +156,13 @@ def test_python_and_native_shares(label, receiver, tmp_path):
     proc = subprocess.Popen([INTERPRETERS[label], str(WORKLOAD), str(SAMPLE_LIMIT_S + 20)],
                             stdout=subprocess.PIPE, text=True)
     received = 0
+    stats = Stats()
     try:
         assert proc.stdout.readline().strip() == "READY"
         profiler = CpuProfiler(
             ProfilerSettings(frequency=FREQUENCY, interval_s=3600, pids=(proc.pid,)),
             exporters, LibbpfLog(), resources=lambda pid, comm: {"process.pid": pid},
-            to_wall=lambda t: t)
+            to_wall=lambda t: t, stats=stats)
         try:
             deadline = time.monotonic() + SAMPLE_LIMIT_S
             while received < SAMPLES and time.monotonic() < deadline:
@@ -178,7 +180,10 @@ def test_python_and_native_shares(label, receiver, tmp_path):
     stacks = _otlp_stacks(rec.requests)
     total, hot, native, ordered = _shares(stacks)
     assert received >= SAMPLES, f"only {received} samples in {SAMPLE_LIMIT_S:.0f} s"
-    assert total == received, "not every sample taken was exported"
+    # stop() drains what the kernel still held: the profiler's own count includes those
+    taken = stats.total("profiles.samples")
+    assert taken >= received
+    assert total == taken, f"{taken} samples taken, {total} exported"
     assert abs(hot - 0.70) <= 0.10, f"python_hot share {hot:.2f}"
     assert abs(native - 0.20) <= 0.10, f"zlib share {native:.2f}"
     assert ordered == round(native * total), "native_part not below zlib's frames"
