@@ -118,6 +118,9 @@ def _sleb(d: bytes, i: int) -> tuple[int, int]:
 
 _U16, _U32, _U64 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<Q")
 _S16, _S32, _S64 = struct.Struct("<h"), struct.Struct("<i"), struct.Struct("<q")
+# DW_EH_PE value formats of a fixed size (absptr and udata8 are both 8 bytes on x86-64)
+_FIXED_POINTERS = {0x00: _U64, 0x02: _U16, 0x03: _U32, 0x04: _U64,
+                   0x0A: _S16, 0x0B: _S32, 0x0C: _S64}
 
 
 def _pointer(d: bytes, i: int, enc: int, sec_addr: int) -> tuple[int, int]:
@@ -125,31 +128,14 @@ def _pointer(d: bytes, i: int, enc: int, sec_addr: int) -> tuple[int, int]:
     address (the only base .eh_frame pointers use here)."""
     at = i
     fmt = enc & 0x0F
-    if fmt == 0x00:
-        v = _U64.unpack_from(d, i)[0]
-        i += 8
-    elif fmt == 0x0B:
-        v = _S32.unpack_from(d, i)[0]
-        i += 4
-    elif fmt == 0x03:
-        v = _U32.unpack_from(d, i)[0]
-        i += 4
+    fixed = _FIXED_POINTERS.get(fmt)
+    if fixed is not None:
+        v = fixed.unpack_from(d, i)[0]
+        i += fixed.size
     elif fmt == 0x01:
         v, i = _uleb(d, i)
     elif fmt == 0x09:
         v, i = _sleb(d, i)
-    elif fmt == 0x02:
-        v = _U16.unpack_from(d, i)[0]
-        i += 2
-    elif fmt == 0x0A:
-        v = _S16.unpack_from(d, i)[0]
-        i += 2
-    elif fmt == 0x04:
-        v = _U64.unpack_from(d, i)[0]
-        i += 8
-    elif fmt == 0x0C:
-        v = _S64.unpack_from(d, i)[0]
-        i += 8
     else:
         raise UnsupportedFile(f"pointer encoding {enc:#x}")
     if enc & 0x70 == 0x10:
