@@ -14,9 +14,9 @@ from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExp
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.metrics.export import MetricExportResult, MetricsData
-from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_ebpf.export.otlp_proto import spans_to_otlp_proto
+from otel_ebpf.protocols.base import NeutralSpan
 
 log = logging.getLogger(__name__)
 
@@ -24,9 +24,12 @@ log = logging.getLogger(__name__)
 class GrpcSpanExporter(OTLPSpanExporter):
     """`_translate_data` is the hook each SDK OTLP/gRPC exporter fills in to build its
     request. Ours parses the bytes we wrote into the request message (upb, ~1 µs a span),
-    so the gRPC stub and everything around it stay the SDK's."""
+    so the gRPC stub and everything around it stay the SDK's. It takes ready NeutralSpans
+    (spans/convert.py), not the SDK's spans."""
 
-    def _translate_data(self, data: Sequence[ReadableSpan]) -> ExportTraceServiceRequest:
+    takes_neutral_spans = True  # ExportQueue hands it the agent's spans
+
+    def _translate_data(self, data: Sequence[NeutralSpan]) -> ExportTraceServiceRequest:  # type: ignore[override]
         return ExportTraceServiceRequest.FromString(spans_to_otlp_proto(data))
 
 
