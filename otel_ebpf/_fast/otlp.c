@@ -7,6 +7,8 @@
  *
  * span(neutral_span) -> bytes | None
  * span_json(neutral_span, dumps) -> bytes | None    (dumps: orjson.dumps, for doubles)
+ * spans(list, fallback), spans_json(list, dumps, fallback) -> bytes: a batch in one
+ *     buffer; fallback(span) gives the bytes of a span these writers leave to Python
  *
  * None: something this code leaves to Python (an attribute value of another type, a
  * number past 64 bits, text that is not valid UTF-8, IDs of the wrong size); the caller
@@ -21,6 +23,7 @@ typedef struct {
 	unsigned char *p;
 	size_t len, cap;
 	int failed; /* out of memory, or a value left to Python */
+	int oom;
 } Buf;
 
 static int grow(Buf *b, size_t n)
@@ -32,7 +35,7 @@ static int grow(Buf *b, size_t n)
 		cap *= 2;
 	unsigned char *p = PyMem_Realloc(b->p, cap);
 	if (!p) {
-		b->failed = 1;
+		b->failed = b->oom = 1;
 		return -1;
 	}
 	b->p = p;
@@ -168,11 +171,32 @@ static void any_value(Buf *b, PyObject *v, int depth)
 	}
 }
 
+static void key_value(Buf *b, unsigned char tag, PyObject *k, PyObject *v)
+{
+	if (!PyUnicode_Check(k)) {
+		b->failed = 1;
+		return;
+	}
+	size_t pair = begin_field(b, tag);
+	text_field(b, 0x0a, k);
+	size_t value = begin_field(b, 0x12);
+	any_value(b, v, 0);
+	end_field(b, value);
+	end_field(b, pair);
+}
+
 static void attributes(Buf *b, unsigned char tag, PyObject *attrs)
 {
 	if (attrs == Py_None)
 		return;
-	PyObject *items = PyMapping_Items(attrs); /* a dict or the SDK's BoundedAttributes */
+	if (PyDict_CheckExact(attrs)) {
+		Py_ssize_t pos = 0;
+		PyObject *k, *v;
+		while (!b->failed && PyDict_Next(attrs, &pos, &k, &v))
+			key_value(b, tag, k, v);
+		return;
+	}
+	PyObject *items = PyMapping_Items(attrs); /* another mapping */
 	if (!items) {
 		PyErr_Clear();
 		b->failed = 1;
@@ -180,21 +204,10 @@ static void attributes(Buf *b, unsigned char tag, PyObject *attrs)
 	}
 	for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items) && !b->failed; i++) {
 		PyObject *kv = PyList_GET_ITEM(items, i);
-		PyObject *k = PyTuple_GET_ITEM(kv, 0);
-		if (!PyUnicode_Check(k)) {
-			b->failed = 1;
-			break;
-		}
-		size_t pair = begin_field(b, tag);
-		text_field(b, 0x0a, k);
-		size_t value = begin_field(b, 0x12);
-		any_value(b, PyTuple_GET_ITEM(kv, 1), 0);
-		end_field(b, value);
-		end_field(b, pair);
+		key_value(b, tag, PyTuple_GET_ITEM(kv, 0), PyTuple_GET_ITEM(kv, 1));
 	}
 	Py_DECREF(items);
 }
-
 
 /* ---- reading the span ------------------------------------------------------------ */
 
@@ -390,44 +403,52 @@ static void proto_links(Buf *b, View *v)
 	}
 }
 
-static PyObject *span(PyObject *self, PyObject *obj)
+/* the Span message of one span; 0, or -1 with b->failed set (Python's to write) */
+static int write_span(Buf *b, PyObject *obj)
 {
 	View v;
-	Buf b = {0};
 	if (view_of(obj, &v) < 0) {
 		view_done(&v);
-		Py_RETURN_NONE;
+		b->failed = 1;
+		return -1;
 	}
-	put(&b, "\x0a\x10", 2);
-	put(&b, v.trace, 16);
-	put(&b, "\x12\x08", 2);
-	put(&b, v.span, 8);
+	put(b, "\x0a\x10", 2);
+	put(b, v.trace, 16);
+	put(b, "\x12\x08", 2);
+	put(b, v.span, 8);
 	if (v.has_parent) {
-		put(&b, "\x22\x08", 2);
-		put(&b, v.parent, 8);
+		put(b, "\x22\x08", 2);
+		put(b, v.parent, 8);
 	}
-	text_field(&b, 0x2a, v.name);
-	byte(&b, 0x30);
-	byte(&b, (unsigned char)v.kind);
-	byte(&b, 0x39);
-	fixed64(&b, (uint64_t)v.start);
-	byte(&b, 0x41);
-	fixed64(&b, (uint64_t)v.end);
-	attributes(&b, 0x4a, v.attrs);
-	proto_events(&b, &v);
-	proto_links(&b, &v);
-	size_t status = begin_field(&b, 0x7a);
+	text_field(b, 0x2a, v.name);
+	byte(b, 0x30);
+	byte(b, (unsigned char)v.kind);
+	byte(b, 0x39);
+	fixed64(b, (uint64_t)v.start);
+	byte(b, 0x41);
+	fixed64(b, (uint64_t)v.end);
+	attributes(b, 0x4a, v.attrs);
+	proto_events(b, &v);
+	proto_links(b, &v);
+	size_t status = begin_field(b, 0x7a);
 	if (v.status == STATUS_ERROR && PyUnicode_GET_LENGTH(v.msg))
-		text_field(&b, 0x12, v.msg);
+		text_field(b, 0x12, v.msg);
 	if (v.status) {
-		byte(&b, 0x18);
-		byte(&b, (unsigned char)v.status);
+		byte(b, 0x18);
+		byte(b, (unsigned char)v.status);
 	}
-	end_field(&b, status);
-	put(&b, "\x85\x01", 2);
+	end_field(b, status);
+	put(b, "\x85\x01", 2);
 	unsigned char f[4] = {0, v.remote ? 0x03 : 0x01, 0, 0};
-	put(&b, f, 4);
+	put(b, f, 4);
 	view_done(&v);
+	return b->failed ? -1 : 0;
+}
+
+static PyObject *span(PyObject *self, PyObject *obj)
+{
+	Buf b = {0};
+	write_span(&b, obj);
 	return finish(&b);
 }
 
@@ -491,8 +512,15 @@ static void jstr(Buf *b, PyObject *s)
 static void jnum(Buf *b, long long n)
 {
 	char tmp[24];
-	int len = snprintf(tmp, sizeof(tmp), "%lld", n);
-	put(b, tmp, len);
+	int i = sizeof(tmp);
+	unsigned long long u = n < 0 ? 0ULL - (unsigned long long)n : (unsigned long long)n;
+	do {
+		tmp[--i] = (char)('0' + u % 10);
+		u /= 10;
+	} while (u);
+	if (n < 0)
+		tmp[--i] = '-';
+	put(b, tmp + i, sizeof(tmp) - i);
 }
 
 static void jquoted_num(Buf *b, long long n)
@@ -666,53 +694,144 @@ static void json_links(Buf *b, View *v, PyObject *dumps)
 	byte(b, ']');
 }
 
+/* the Span object of one span; 0, or -1 with b->failed set (Python's to write) */
+static int write_span_json(Buf *b, PyObject *obj, PyObject *dumps)
+{
+	View v;
+	if (view_of(obj, &v) < 0) {
+		view_done(&v);
+		b->failed = 1;
+		return -1;
+	}
+	lit(b, "{\"traceId\":");
+	hex(b, v.trace, 16);
+	lit(b, ",\"spanId\":");
+	hex(b, v.span, 8);
+	if (v.has_parent) {
+		lit(b, ",\"parentSpanId\":");
+		hex(b, v.parent, 8);
+	}
+	lit(b, v.remote ? ",\"flags\":768,\"name\":" : ",\"flags\":256,\"name\":");
+	jstr(b, v.name);
+	lit(b, ",\"kind\":");
+	jnum(b, v.kind);
+	lit(b, ",\"startTimeUnixNano\":");
+	jquoted_num(b, v.start);
+	lit(b, ",\"endTimeUnixNano\":");
+	jquoted_num(b, v.end);
+	if (PyDict_GET_SIZE(v.attrs)) {
+		lit(b, ",\"attributes\":");
+		jattributes(b, v.attrs, dumps);
+	}
+	if (PyList_GET_SIZE(v.events))
+		json_events(b, &v, dumps);
+	if (PyList_GET_SIZE(v.links))
+		json_links(b, &v, dumps);
+	lit(b, ",\"status\":{");
+	if (v.status) {
+		lit(b, "\"code\":");
+		jnum(b, v.status);
+	}
+	if (v.status == STATUS_ERROR && PyUnicode_GET_LENGTH(v.msg)) {
+		lit(b, ",\"message\":"); /* after the code: ERROR is not 0 */
+		jstr(b, v.msg);
+	}
+	lit(b, "}}");
+	view_done(&v);
+	return b->failed ? -1 : 0;
+}
+
 static PyObject *span_json(PyObject *self, PyObject *args)
 {
 	PyObject *obj, *dumps;
 	if (!PyArg_ParseTuple(args, "OO", &obj, &dumps))
 		return NULL;
-	View v;
 	Buf b = {0};
-	if (view_of(obj, &v) < 0) {
-		view_done(&v);
-		Py_RETURN_NONE;
-	}
-	lit(&b, "{\"traceId\":");
-	hex(&b, v.trace, 16);
-	lit(&b, ",\"spanId\":");
-	hex(&b, v.span, 8);
-	if (v.has_parent) {
-		lit(&b, ",\"parentSpanId\":");
-		hex(&b, v.parent, 8);
-	}
-	lit(&b, v.remote ? ",\"flags\":768,\"name\":" : ",\"flags\":256,\"name\":");
-	jstr(&b, v.name);
-	lit(&b, ",\"kind\":");
-	jnum(&b, v.kind);
-	lit(&b, ",\"startTimeUnixNano\":");
-	jquoted_num(&b, v.start);
-	lit(&b, ",\"endTimeUnixNano\":");
-	jquoted_num(&b, v.end);
-	if (PyDict_GET_SIZE(v.attrs)) {
-		lit(&b, ",\"attributes\":");
-		jattributes(&b, v.attrs, dumps);
-	}
-	if (PyList_GET_SIZE(v.events))
-		json_events(&b, &v, dumps);
-	if (PyList_GET_SIZE(v.links))
-		json_links(&b, &v, dumps);
-	lit(&b, ",\"status\":{");
-	if (v.status) {
-		lit(&b, "\"code\":");
-		jnum(&b, v.status);
-	}
-	if (v.status == STATUS_ERROR && PyUnicode_GET_LENGTH(v.msg)) {
-		lit(&b, ",\"message\":"); /* after the code: ERROR is not 0 */
-		jstr(&b, v.msg);
-	}
-	lit(&b, "}}");
-	view_done(&v);
+	write_span_json(&b, obj, dumps);
 	return finish(&b);
+}
+
+/* ---- a batch: one call, one buffer ----------------------------------------------- */
+
+/* The span a writer left to Python: fallback(span) gives its bytes (an exception from it
+ * goes to the caller). 0, or -1 with an exception set. */
+static int from_python(Buf *b, PyObject *fallback, PyObject *obj)
+{
+	PyObject *out = PyObject_CallOneArg(fallback, obj);
+	if (!out)
+		return -1;
+	if (!PyBytes_Check(out)) {
+		Py_DECREF(out);
+		PyErr_SetString(PyExc_TypeError, "the fallback must return bytes");
+		return -1;
+	}
+	put(b, PyBytes_AS_STRING(out), PyBytes_GET_SIZE(out));
+	Py_DECREF(out);
+	return 0;
+}
+
+static PyObject *batch_done(Buf *b, int error)
+{
+	if (b->oom && !error) {
+		PyErr_NoMemory();
+		error = 1;
+	}
+	if (error) {
+		PyMem_Free(b->p);
+		return NULL;
+	}
+	PyObject *out = PyBytes_FromStringAndSize((const char *)b->p, b->len);
+	PyMem_Free(b->p);
+	return out;
+}
+
+/* spans(list, fallback) -> the ScopeSpans `spans` fields (tag 2) of every span */
+static PyObject *spans(PyObject *self, PyObject *args)
+{
+	PyObject *list, *fallback;
+	if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &list, &fallback))
+		return NULL;
+	Py_ssize_t n = PyList_GET_SIZE(list);
+	Buf b = {0};
+	grow(&b, (size_t)n * 768);
+	int error = 0;
+	for (Py_ssize_t i = 0; i < n && !error && !b.oom; i++) {
+		PyObject *obj = PyList_GET_ITEM(list, i);
+		size_t at = begin_field(&b, 0x12);
+		if (write_span(&b, obj) < 0 && !b.oom) {
+			b.failed = 0;
+			b.len = at + 5;
+			error = from_python(&b, fallback, obj) < 0;
+		}
+		end_field(&b, at);
+	}
+	return batch_done(&b, error);
+}
+
+/* spans_json(list, dumps, fallback) -> the JSON array of every span's object */
+static PyObject *spans_json(PyObject *self, PyObject *args)
+{
+	PyObject *list, *dumps, *fallback;
+	if (!PyArg_ParseTuple(args, "O!OO", &PyList_Type, &list, &dumps, &fallback))
+		return NULL;
+	Py_ssize_t n = PyList_GET_SIZE(list);
+	Buf b = {0};
+	grow(&b, (size_t)n * 1536 + 2);
+	byte(&b, '[');
+	int error = 0;
+	for (Py_ssize_t i = 0; i < n && !error && !b.oom; i++) {
+		PyObject *obj = PyList_GET_ITEM(list, i);
+		if (i)
+			byte(&b, ',');
+		size_t at = b.len;
+		if (write_span_json(&b, obj, dumps) < 0 && !b.oom) {
+			b.failed = 0;
+			b.len = at;
+			error = from_python(&b, fallback, obj) < 0;
+		}
+	}
+	byte(&b, ']');
+	return batch_done(&b, error);
 }
 
 static PyMethodDef otlp_methods[] = {
@@ -720,6 +839,12 @@ static PyMethodDef otlp_methods[] = {
 	 "span(neutral_span) -> its OTLP Span message's bytes, or None (Python's to write)"},
 	{"span_json", span_json, METH_VARARGS,
 	 "span_json(neutral_span, dumps) -> its OTLP/JSON Span object's bytes, or None"},
+	{"spans", spans, METH_VARARGS,
+	 "spans(list, fallback) -> ScopeSpans.spans fields of every span; fallback(span) -> "
+	 "the Span message of one this code leaves to Python"},
+	{"spans_json", spans_json, METH_VARARGS,
+	 "spans_json(list, dumps, fallback) -> the JSON array of the spans; fallback(span) -> "
+	 "the JSON object of one this code leaves to Python"},
 	{NULL, NULL, 0, NULL},
 };
 

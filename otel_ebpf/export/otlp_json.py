@@ -65,16 +65,6 @@ def _attributes(attributes: Mapping[str, Any] | None) -> orjson.Fragment:
                            + b"]")
 
 
-def _span(span: NeutralSpan) -> Any:
-    fast = _fast.otlp
-    if fast is not None:
-        # the same bytes, written in C (otel_ebpf/_fast/otlp.c); None: a part it leaves here
-        encoded = fast.span_json(span, orjson.dumps)
-        if encoded is not None:
-            return orjson.Fragment(encoded)
-    return span_json(span)
-
-
 def span_json(span: NeutralSpan) -> dict[str, Any]:
     """The Span object of a ready NeutralSpan (spans/convert.py: ready), as the protobuf
     route writes it for the ReadableSpan made of it; the reference for the C writer."""
@@ -112,15 +102,24 @@ def span_json(span: NeutralSpan) -> dict[str, Any]:
     return out
 
 
+def _span_bytes(span: NeutralSpan) -> bytes:
+    """A span the C writer leaves to Python, serialized as it would be in the document."""
+    return orjson.dumps(span_json(span))
+
+
 def spans_to_otlp_json(spans: Sequence[NeutralSpan]) -> bytes:
     """One ExportTraceServiceRequest of ready spans as an OTLP/JSON line (newline included)."""
     scope = {"name": SCOPE.name, **({"version": SCOPE.version} if SCOPE.version else {})}
     resource_spans = []
+    fast = _fast.otlp
     for resource, members in by_resource(spans):
+        if fast is not None:  # the same bytes, written in C (otel_ebpf/_fast/otlp.c)
+            encoded: Any = orjson.Fragment(fast.spans_json(members, orjson.dumps, _span_bytes))
+        else:
+            encoded = [span_json(m) for m in members]
         doc: dict[str, Any] = {"resource": {"attributes": _attributes(resource.attributes)}
                                if resource.attributes else {},
-                               "scopeSpans": [{"scope": scope,
-                                               "spans": [_span(m) for m in members]}]}
+                               "scopeSpans": [{"scope": scope, "spans": encoded}]}
         if resource.schema_url:
             doc["schemaUrl"] = resource.schema_url
         resource_spans.append(doc)

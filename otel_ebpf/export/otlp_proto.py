@@ -92,16 +92,6 @@ def attributes(tag: bytes, attrs: Mapping[str, Any] | None) -> bytes:
     return b"".join([_field(tag, _key_value(k, v)) for k, v in attrs.items()])
 
 
-def _span(span: NeutralSpan) -> bytes:
-    fast = _fast.otlp
-    if fast is not None:
-        # the same bytes, written in C (otel_ebpf/_fast/otlp.c); None: a part it leaves here
-        encoded = fast.span(span)
-        if encoded is not None:
-            return encoded
-    return span_proto(span)
-
-
 def span_proto(span: NeutralSpan) -> bytes:
     """The Span message of a ready NeutralSpan (spans/convert.py: ready), as the SDK's
     encoder writes it for the ReadableSpan made of it; the reference for the C writer."""
@@ -167,9 +157,14 @@ def spans_to_otlp_proto(spans: Sequence[NeutralSpan]) -> bytes:
     """One ExportTraceServiceRequest of ready spans, serialized."""
     scope = _field(b"\x0a", _scope(SCOPE))
     out = []
+    fast = _fast.otlp
     for resource, members in by_resource(spans):
+        if fast is not None:  # the same bytes, written in C (otel_ebpf/_fast/otlp.c)
+            encoded = fast.spans(members, span_proto)  # what it leaves to C: span_proto's
+        else:
+            encoded = b"".join([_field(b"\x12", span_proto(s)) for s in members])
         parts = [_field(b"\x0a", attributes(b"\x0a", resource.attributes)),
-                 _field(b"\x12", scope + b"".join([_field(b"\x12", _span(s)) for s in members]))]
+                 _field(b"\x12", scope + encoded)]
         if resource.schema_url:
             parts.append(_field(b"\x1a", resource.schema_url.encode()))
         out.append(_field(b"\x0a", b"".join(parts)))

@@ -100,3 +100,13 @@ def test_common_spans_are_written_in_c():
         assert _fast.otlp.span(span) is None
     span.attributes, span.span_id = {}, b""
     assert _fast.otlp.span(span) is None and _fast.otlp.span_json(span, orjson.dumps) is None
+
+
+@pytest.mark.parametrize("encode", ENCODERS)
+def test_a_batch_mixing_spans_c_writes_and_spans_it_leaves_to_python(monkeypatch, encode):
+    spans = sample_spans()
+    spans[1].attributes = {"odd": Color.RED, "big": 2**70}  # Python's, in the middle
+    spans[-1].attributes = {"v": object()}  # and at the end
+    assert _fast.otlp.span(spans[1]) is None and _fast.otlp.span(spans[-1]) is None
+    fast, slow = _both(spans, monkeypatch, encode)
+    assert fast == slow
