@@ -45,7 +45,7 @@ def test_the_grpc_exporter_sends_our_encoding():
         request = exporter._translate_data(spans)
     finally:
         exporter.shutdown()
-    assert request == encode_spans(readable(spans))
+    assert ExportTraceServiceRequest.FromString(request) == encode_spans(readable(spans))
 
 
 def test_equal_values_of_other_types_are_not_taken_from_the_cache(monkeypatch):
