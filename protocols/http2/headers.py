@@ -27,6 +27,8 @@ MAX_TABLE_SIZE = 65536  # we follow size updates up to this; a larger table is c
 MAX_INDEX = len(STATIC) + (128 * 1024) // 32
 ENTRY_OVERHEAD = 32  # RFC 7541 §4.1
 REDACTED = ""  # what a secret header's value becomes the moment it is decoded
+# decoded blocks kept per decoder for reuse (see HeaderDecoder.decoded), and the largest kept
+MAX_KEPT_BLOCKS, MAX_KEPT_BLOCK = 32, 256
 _TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz")
 _BAD_VALUE = frozenset(b"\x00\r\n")
 
@@ -56,7 +58,8 @@ class HeaderDecoder:
     insertion shifts indices, and every loss of bytes calls forget().
     """
 
-    __slots__ = ("entries", "size", "max_size", "unknown_fields", "errors")
+    __slots__ = ("entries", "size", "max_size", "unknown_fields", "errors", "version",
+                 "decoded")
 
     def __init__(self) -> None:
         self.entries: deque[tuple[str | None, str, int]] = deque()  # name, value, entry size
@@ -64,21 +67,39 @@ class HeaderDecoder:
         self.max_size = DEFAULT_TABLE_SIZE
         self.unknown_fields = 0  # fields that referred to an entry we never saw
         self.errors = 0  # blocks that were not HPACK
+        # the table's changes, counted: a block's fields depend on the block and the table
+        self.version = 0
+        # blocks that left the table as it was, by their bytes: (version, fields, unknown).
+        # A connection repeats them (a gRPC method's request, its answer and trailers are
+        # the same few indexed bytes every call once the table holds their fields).
+        self.decoded: dict[bytes, tuple[int, tuple[Field, ...], int]] = {}
 
     def forget(self) -> None:
         """Insertions may have been missed: no index can be trusted any more."""
         self.entries.clear()
         self.size = 0
+        self.version += 1
 
     def decode(self, block: bytes) -> list[Field]:
         """The fields of one whole header block. Raises Malformed (after forgetting the
         table, whose insertions may now be missed) when the block is not HPACK."""
+        key = bytes(block)
+        seen = self.decoded.get(key)
+        if seen is not None and seen[0] == self.version:
+            self.unknown_fields += seen[2]
+            return list(seen[1])
+        version, unknown = self.version, self.unknown_fields
         try:
-            return self._walk(memoryview(block))
+            fields = self._walk(memoryview(key))
         except (HPACKDecodingError, IndexError, ValueError) as exc:
             self.errors += 1
             self.forget()
             raise Malformed(str(exc)) from None
+        if self.version == version and len(key) <= MAX_KEPT_BLOCK:
+            if len(self.decoded) >= MAX_KEPT_BLOCKS:
+                self.decoded.clear()
+            self.decoded[key] = (version, tuple(fields), self.unknown_fields - unknown)
+        return fields
 
     # ---- the walk (RFC 7541 §6) ----------------------------------------------------
 
@@ -153,10 +174,12 @@ class HeaderDecoder:
     def _insert(self, field: Field, size: int) -> None:
         self.entries.appendleft((field.name, field.value, size))  # type: ignore[arg-type]
         self.size += size
+        self.version += 1
         self._evict()
 
     def _resize(self, size: int) -> None:
         self.max_size = min(size, MAX_TABLE_SIZE)
+        self.version += 1
         self._evict()
 
     def _evict(self) -> None:
