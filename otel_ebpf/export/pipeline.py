@@ -16,6 +16,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMe
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.trace import TraceState
 
 from otel_ebpf import __version__
 from otel_ebpf.correlate import assign_ids
@@ -49,11 +50,14 @@ class TracePipeline:
         stats: Stats,
         resources: ProcessResources,
         clock: KernelClock,
+        trace_state: str = "",
         **queue_options: Any,
     ) -> None:
         self._stats = stats
         self._resources = resources
         self._clock = clock
+        # the head sampler's `ot=th:` (W3C tracestate), on every span it kept
+        self._trace_state = TraceState.from_header([trace_state]) if trace_state else None
         self.queues = {
             name: ExportQueue(exporter, name, stats, **queue_options)
             for name, exporter in exporters.items()
@@ -73,7 +77,7 @@ class TracePipeline:
                 attrs = self._resources.get(span.pid, span.conn.comm)
                 resource = resources[span.pid] = resource_for(attrs)
             try:
-                readable.append(to_readable(span, resource, self._clock))
+                readable.append(to_readable(span, resource, self._clock, self._trace_state))
             except Exception:  # a malformed span must not cost the rest of the batch
                 log.exception("cannot convert span %r", span.name)
                 self._stats.add("spans.dropped", 1, reason="unconvertible")

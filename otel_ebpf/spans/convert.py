@@ -9,7 +9,7 @@ from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, TraceFlags
+from opentelemetry.trace import Link, SpanContext, TraceFlags, TraceState
 from opentelemetry.trace.status import Status
 from opentelemetry.trace.status import StatusCode as ApiStatusCode
 
@@ -59,9 +59,11 @@ def resource_for(attributes: Mapping[str, AttributeValue]) -> Resource:
         return resource
 
 
-def to_readable(span: NeutralSpan, resource: Resource, clock: KernelClock) -> ReadableSpan:
+def to_readable(span: NeutralSpan, resource: Resource, clock: KernelClock,
+                trace_state: TraceState | None = None) -> ReadableSpan:
     trace_id = int.from_bytes(span.trace_id, "big")
-    context = SpanContext(trace_id, int.from_bytes(span.span_id, "big"), False, _SAMPLED)
+    context = SpanContext(trace_id, int.from_bytes(span.span_id, "big"), False, _SAMPLED,
+                          trace_state)
     parent = None
     if span.parent_span_id:
         parent = SpanContext(
