@@ -10,6 +10,8 @@ stands for 2^56 / (2^56 - T) spans.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from otel_ebpf.protocols.base import NeutralSpan
 
 RANDOM_BITS = 56
@@ -21,7 +23,8 @@ def threshold(ratio: float) -> int:
     """The rejection threshold T for a ratio in [0, 1]: 0 keeps all, 2^56 none."""
     if not 0.0 <= ratio <= 1.0:
         raise ValueError(f"a sampling ratio is from 0 to 1, not {ratio!r}")
-    return min(_MAX, max(0, round((1.0 - ratio) * _MAX)))
+    # exactly, from the float's own value: (1 - ratio) * 2^56 in floats is off by a few
+    return min(_MAX, max(0, round((1 - Fraction(ratio)) * _MAX)))
 
 
 def th_value(t: int) -> str | None:
