@@ -9,11 +9,11 @@ import os
 
 import pytest
 import yaml
+from otel_ebpf.protocols.base import ConnInfo, Measurement, NeutralSpan, Role, SpanKind
 
 from otel_ebpf.agent import Agent
 from otel_ebpf.config import ConfigError, parse_config
 from otel_ebpf.correlate.sampling import HeadSampler, th_value, threshold
-from otel_ebpf.protocols.base import ConnInfo, Measurement, NeutralSpan, Role, SpanKind
 from tests.integration.conftest import read_histograms, read_spans
 
 
