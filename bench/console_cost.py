@@ -43,15 +43,17 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--out", help="append the Markdown result to this file")
     args = ap.parse_args()
-    pair = (http_spans(OK, Role.CLIENT, "checkout", 2_500_000)[1]
-            + http_spans(FAIL, Role.SERVER, "inventory", 40_000)[1])
-    spans = (pair * (args.batch // 2 + 1))[: args.batch]
+    ok, fail = (http_spans(OK, Role.CLIENT, "checkout", 2_500_000),
+                http_spans(FAIL, Role.SERVER, "inventory", 40_000))
+    # the debug exporter takes the SDK's spans; the file exporter the agent's, ready
+    spans = ((ok[1] + fail[1]) * (args.batch // 2 + 1))[: args.batch]
+    ready_spans = ((ok[0] + fail[0]) * (args.batch // 2 + 1))[: args.batch]
 
     def rich_lines(console: Console) -> None:
         console.print(Text("\n").join(span_line(s) for s in spans))
 
     modes = {
-        "OTLP/JSON encoding (file exporter)": lambda: spans_to_otlp_json(spans),
+        "OTLP/JSON encoding (file exporter)": lambda: spans_to_otlp_json(ready_spans),
         "debug basic": lambda e=DebugSpanExporter("basic", _console(False)): e.export(spans),
         "debug normal, file or pipe": lambda e=DebugSpanExporter("normal", _console(False)): e.export(spans),
         "debug normal, terminal": lambda e=DebugSpanExporter("normal", _console(True)): e.export(spans),

@@ -109,7 +109,7 @@ class Agent:
         self.traces = TracePipeline(
             span_exporters, self.stats, self.resources, self.clock,
             max_queue_size=batch.max_queue_size, max_batch_size=batch.batch_size,
-            schedule_delay_s=batch.batch_timeout_s, trace_state=self.sampler.tracestate,
+            schedule_delay_s=batch.batch_timeout_s,
         )
         self.metrics = MetricsPipeline(metric_exporters, self.stats,
                                        cfg.telemetry.metrics_interval_s)
@@ -149,6 +149,8 @@ class Agent:
         signal.signal(signal.SIGTERM, handler)
 
     def start(self) -> None:
+        if self.sampler.threshold:
+            log.info("%s", self.sampler.describe())
         if self.pods is not None:
             self.pods.start()
             log.info("pod metadata from the %s at %s, every %gs",

@@ -185,6 +185,10 @@ class NeutralSpan:
     # values for the histograms the parser or layer declares (`instruments`), recorded
     # against the span's process when the span is emitted
     measurements: list[Measurement] = field(default_factory=list)
+    # set by the export pipeline (spans/convert.py: ready): the process's Resource and the
+    # start as wall-clock time; the exporters encode the span from these and the rest
+    resource: Any = None
+    wall_ns: int = 0
 
     @property
     def pid(self) -> int:

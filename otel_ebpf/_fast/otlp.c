@@ -1,14 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* One OTLP Span message's bytes, written in C: the fields otel_ebpf/export/otlp_proto.py
- * writes, in its order and with its encodings, so the output is the same byte for byte
- * (tests/unit/test_fast_otlp.py compares both on the same spans).
+/* One span of the agent's (a NeutralSpan made ready for export: IDs, resource, wall-clock
+ * start) as an OTLP Span message and as an OTLP/JSON Span object, written in C: the bytes
+ * otel_ebpf/export/otlp_proto.py (span_proto) and otlp_json.py (span_json, then orjson)
+ * write, in their order and with their encodings (tests/unit/test_fast_otlp.py compares
+ * both on the same spans).
  *
- * span(trace_id, span_id, trace_state, parent_span_id, parent_remote, name, kind, start,
- *      end, attributes, status_description, status_code) -> bytes | None
+ * span(neutral_span) -> bytes | None
+ * span_json(neutral_span, dumps) -> bytes | None    (dumps: orjson.dumps, for doubles)
+ * spans(list, fallback), spans_json(list, dumps, fallback) -> bytes: a batch in one
+ *     buffer; fallback(span) gives the bytes of a span these writers leave to Python
  *
  * None: something this code leaves to Python (an attribute value of another type, a
- * number past 64 bits, text that is not valid UTF-8); the caller encodes that span itself.
- * Spans with events or links never come here.
+ * number past 64 bits, text that is not valid UTF-8, IDs of the wrong size); the caller
+ * encodes that span itself, and fails there if it must.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -19,6 +23,7 @@ typedef struct {
 	unsigned char *p;
 	size_t len, cap;
 	int failed; /* out of memory, or a value left to Python */
+	int oom;
 } Buf;
 
 static int grow(Buf *b, size_t n)
@@ -30,7 +35,7 @@ static int grow(Buf *b, size_t n)
 		cap *= 2;
 	unsigned char *p = PyMem_Realloc(b->p, cap);
 	if (!p) {
-		b->failed = 1;
+		b->failed = b->oom = 1;
 		return -1;
 	}
 	b->p = p;
@@ -130,22 +135,12 @@ static void any_value(Buf *b, PyObject *v, int depth)
 	} else if (PyLong_CheckExact(v)) {
 		int overflow;
 		long long s = PyLong_AsLongLongAndOverflow(v, &overflow);
-		uint64_t u;
-		if (overflow > 0) {
-			u = PyLong_AsUnsignedLongLong(v);
-			if (u == (uint64_t)-1 && PyErr_Occurred()) {
-				PyErr_Clear();
-				b->failed = 1; /* past 64 bits */
-				return;
-			}
-		} else if (overflow < 0) {
-			b->failed = 1;
+		if (overflow) {
+			b->failed = 1; /* not an int64: Python writes its digits as text */
 			return;
-		} else {
-			u = (uint64_t)s; /* two's complement: v + 2**64 for a negative v */
 		}
 		byte(b, 0x18);
-		varint(b, u);
+		varint(b, (uint64_t)s); /* two's complement: v + 2**64 for a negative v */
 	} else if (PyFloat_CheckExact(v)) {
 		double d = PyFloat_AS_DOUBLE(v);
 		uint64_t bits;
@@ -176,11 +171,32 @@ static void any_value(Buf *b, PyObject *v, int depth)
 	}
 }
 
+static void key_value(Buf *b, unsigned char tag, PyObject *k, PyObject *v)
+{
+	if (!PyUnicode_Check(k)) {
+		b->failed = 1;
+		return;
+	}
+	size_t pair = begin_field(b, tag);
+	text_field(b, 0x0a, k);
+	size_t value = begin_field(b, 0x12);
+	any_value(b, v, 0);
+	end_field(b, value);
+	end_field(b, pair);
+}
+
 static void attributes(Buf *b, unsigned char tag, PyObject *attrs)
 {
 	if (attrs == Py_None)
 		return;
-	PyObject *items = PyMapping_Items(attrs); /* a dict or the SDK's BoundedAttributes */
+	if (PyDict_CheckExact(attrs)) {
+		Py_ssize_t pos = 0;
+		PyObject *k, *v;
+		while (!b->failed && PyDict_Next(attrs, &pos, &k, &v))
+			key_value(b, tag, k, v);
+		return;
+	}
+	PyObject *items = PyMapping_Items(attrs); /* another mapping */
 	if (!items) {
 		PyErr_Clear();
 		b->failed = 1;
@@ -188,129 +204,682 @@ static void attributes(Buf *b, unsigned char tag, PyObject *attrs)
 	}
 	for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items) && !b->failed; i++) {
 		PyObject *kv = PyList_GET_ITEM(items, i);
-		PyObject *k = PyTuple_GET_ITEM(kv, 0);
-		if (!PyUnicode_Check(k)) {
-			b->failed = 1;
-			break;
-		}
-		size_t pair = begin_field(b, tag);
-		text_field(b, 0x0a, k);
-		size_t value = begin_field(b, 0x12);
-		any_value(b, PyTuple_GET_ITEM(kv, 1), 0);
-		end_field(b, value);
-		end_field(b, pair);
+		key_value(b, tag, PyTuple_GET_ITEM(kv, 0), PyTuple_GET_ITEM(kv, 1));
 	}
 	Py_DECREF(items);
 }
 
-/* an id (int) as n big-endian bytes; -1 when it does not fit */
-static int id_bytes(Buf *b, PyObject *id, int n)
+/* ---- reading the span ------------------------------------------------------------ */
+
+static PyObject *s_name, *s_kind, *s_start_ns, *s_end_ns, *s_wall_ns, *s_attributes,
+	*s_status, *s_status_message, *s_trace_id, *s_span_id, *s_parent_span_id, *s_events,
+	*s_links, *s_time_ns;
+
+#define KIND_SERVER 2
+#define KIND_CONSUMER 5
+#define STATUS_ERROR 2
+
+/* The fields both writers read, borrowed from the span's (new) references. */
+typedef struct {
+	PyObject *refs[11];
+	PyObject *name, *attrs, *msg, *events, *links;
+	const unsigned char *trace, *span, *parent;
+	Py_ssize_t parent_len;
+	long kind, status;
+	long long start, end; /* wall clock */
+	long long kstart;     /* kernel clock: events are dated from it */
+	int has_parent, remote;
+} View;
+
+static void view_release(View *v)
 {
-	if (!PyLong_Check(id))
-		return -1;
-	if (n == 8) {
-		uint64_t v = PyLong_AsUnsignedLongLong(id);
-		if (v == (uint64_t)-1 && PyErr_Occurred())
-			return PyErr_Clear(), -1;
-		be(b, v, 8);
+	for (int i = 0; i < 11; i++)
+		Py_XDECREF(v->refs[i]);
+}
+
+static long long ll_of(PyObject *o, int *bad)
+{
+	if (!PyLong_Check(o)) {
+		*bad = 1;
 		return 0;
 	}
-	PyObject *shift = PyLong_FromLong(64);
-	PyObject *hi = shift ? PyNumber_Rshift(id, shift) : NULL;
-	Py_XDECREF(shift);
-	if (!hi)
-		return PyErr_Clear(), -1;
-	uint64_t h = PyLong_AsUnsignedLongLong(hi);
-	Py_DECREF(hi);
-	if (h == (uint64_t)-1 && PyErr_Occurred())
-		return PyErr_Clear(), -1;
-	uint64_t l = PyLong_AsUnsignedLongLongMask(id);
-	if (l == (uint64_t)-1 && PyErr_Occurred())
-		return PyErr_Clear(), -1;
-	be(b, h, 8);
-	be(b, l, 8);
+	long long v = PyLong_AsLongLong(o);
+	if (v == -1 && PyErr_Occurred()) {
+		PyErr_Clear();
+		*bad = 1;
+	}
+	return v;
+}
+
+/* 0 when every field is one this code writes; -1 (no exception set) when Python must */
+static int view_of(PyObject *obj, View *v)
+{
+	memset(v, 0, sizeof(*v));
+	PyObject *names[11] = {s_name,    s_kind,	 s_start_ns,	   s_end_ns,
+			       s_wall_ns, s_attributes, s_status,	 s_status_message,
+			       s_trace_id, s_span_id,	 s_parent_span_id};
+	for (int i = 0; i < 11; i++) {
+		v->refs[i] = PyObject_GetAttr(obj, names[i]);
+		if (!v->refs[i]) {
+			PyErr_Clear();
+			return -1;
+		}
+	}
+	PyObject **r = v->refs;
+	int bad = 0;
+	v->name = r[0];
+	v->kind = (long)ll_of(r[1], &bad);
+	v->kstart = ll_of(r[2], &bad);
+	long long kend = ll_of(r[3], &bad);
+	v->start = ll_of(r[4], &bad);
+	v->attrs = r[5];
+	v->status = (long)ll_of(r[6], &bad);
+	v->msg = r[7];
+	if (bad || !PyUnicode_CheckExact(v->name) || !PyUnicode_CheckExact(v->msg) ||
+	    !PyDict_CheckExact(v->attrs))
+		return -1;
+	v->end = v->start + kend - v->kstart;
+	if (v->start < 0 || v->end < 0 || v->kind < 0 || v->kind > 127 || v->status < 0 ||
+	    v->status > 127)
+		return -1;
+	if (!PyBytes_CheckExact(r[8]) || PyBytes_GET_SIZE(r[8]) != 16 ||
+	    !PyBytes_CheckExact(r[9]) || PyBytes_GET_SIZE(r[9]) != 8 || !PyBytes_CheckExact(r[10]))
+		return -1;
+	v->trace = (const unsigned char *)PyBytes_AS_STRING(r[8]);
+	v->span = (const unsigned char *)PyBytes_AS_STRING(r[9]);
+	v->parent = (const unsigned char *)PyBytes_AS_STRING(r[10]);
+	v->parent_len = PyBytes_GET_SIZE(r[10]);
+	if (v->parent_len) {
+		if (v->parent_len != 8)
+			return -1;
+		for (int i = 0; i < 8; i++)
+			v->has_parent |= v->parent[i] != 0;
+		v->remote = v->kind == KIND_SERVER || v->kind == KIND_CONSUMER;
+	}
+	v->events = PyObject_GetAttr(obj, s_events);
+	v->links = v->events ? PyObject_GetAttr(obj, s_links) : NULL;
+	if (!v->events || !v->links) {
+		PyErr_Clear();
+		Py_CLEAR(v->events);
+		return -1;
+	}
+	if (!PyList_CheckExact(v->events) || !PyList_CheckExact(v->links)) {
+		Py_CLEAR(v->events);
+		Py_CLEAR(v->links);
+		return -1;
+	}
 	return 0;
 }
 
-static PyObject *span(PyObject *self, PyObject *args)
+static void view_done(View *v)
 {
-	PyObject *trace_id, *span_id, *parent_id, *name, *attrs, *desc;
-	Py_buffer trace_state;
-	int parent_remote, kind, code;
-	unsigned long long start, end;
-	if (!PyArg_ParseTuple(args, "OOy*OpUiKKOUi", &trace_id, &span_id, &trace_state, &parent_id,
-			      &parent_remote, &name, &kind, &start, &end, &attrs, &desc, &code))
-		return NULL;
-	Buf b = {0};
-	put(&b, "\x0a\x10", 2);
-	if (id_bytes(&b, trace_id, 16) < 0)
-		b.failed = 1;
-	put(&b, "\x12\x08", 2);
-	if (id_bytes(&b, span_id, 8) < 0)
-		b.failed = 1;
-	if (trace_state.len) {
-		byte(&b, 0x1a);
-		varint(&b, (uint64_t)trace_state.len);
-		put(&b, trace_state.buf, trace_state.len);
-	}
-	PyBuffer_Release(&trace_state);
-	int has_parent = PyObject_IsTrue(parent_id);
-	if (has_parent < 0) {
+	Py_XDECREF(v->events);
+	Py_XDECREF(v->links);
+	view_release(v);
+}
+
+/* a SpanEvent's or SpanLink's field; NULL (no exception) when it is missing */
+static PyObject *field_of(PyObject *o, PyObject *name)
+{
+	PyObject *f = PyObject_GetAttr(o, name);
+	if (!f)
 		PyErr_Clear();
-		b.failed = 1;
-	} else if (has_parent) {
-		put(&b, "\x22\x08", 2);
-		if (id_bytes(&b, parent_id, 8) < 0)
-			b.failed = 1;
-	}
-	text_field(&b, 0x2a, name);
-	if (kind < 0 || kind > 127)
-		b.failed = 1;
-	byte(&b, 0x30);
-	byte(&b, (unsigned char)kind);
-	byte(&b, 0x39);
-	fixed64(&b, start);
-	byte(&b, 0x41);
-	fixed64(&b, end);
-	attributes(&b, 0x4a, attrs);
-	size_t status = begin_field(&b, 0x7a);
-	if (PyUnicode_GET_LENGTH(desc))
-		text_field(&b, 0x12, desc);
-	if (code) {
-		if (code < 0 || code > 127)
-			b.failed = 1;
-		byte(&b, 0x18);
-		byte(&b, (unsigned char)code);
-	}
-	end_field(&b, status);
-	put(&b, "\x85\x01", 2);
-	uint32_t flags = 0x100 | (parent_remote ? 0x200 : 0);
-	unsigned char f[4] = {flags & 0xff, (flags >> 8) & 0xff, 0, 0};
-	put(&b, f, 4);
+	return f;
+}
+
+static PyObject *finish(Buf *b)
+{
 	PyObject *out;
-	if (b.failed) {
+	if (b->failed) {
 		if (PyErr_Occurred())
 			PyErr_Clear();
 		out = Py_None;
 		Py_INCREF(out);
 	} else {
-		out = PyBytes_FromStringAndSize((const char *)b.p, b.len);
+		out = PyBytes_FromStringAndSize((const char *)b->p, b->len);
 	}
-	PyMem_Free(b.p);
+	PyMem_Free(b->p);
 	return out;
 }
 
+/* ---- OTLP protobuf --------------------------------------------------------------- */
+
+static void bytes_field(Buf *b, unsigned char tag, PyObject *o, Py_ssize_t want)
+{
+	if (!PyBytes_CheckExact(o) || PyBytes_GET_SIZE(o) != want) {
+		b->failed = 1;
+		return;
+	}
+	byte(b, tag);
+	byte(b, (unsigned char)want);
+	put(b, PyBytes_AS_STRING(o), want);
+}
+
+static void proto_events(Buf *b, View *v)
+{
+	for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v->events) && !b->failed; i++) {
+		PyObject *e = PyList_GET_ITEM(v->events, i);
+		PyObject *name = field_of(e, s_name), *t = field_of(e, s_time_ns),
+			 *attrs = field_of(e, s_attributes);
+		int bad = !name || !t || !attrs || !PyUnicode_CheckExact(name) ||
+			  !PyDict_Check(attrs);
+		long long tns = bad ? 0 : ll_of(t, &bad);
+		long long at = v->start + tns - v->kstart;
+		if (bad || at < 0) {
+			b->failed = 1;
+		} else {
+			size_t ev = begin_field(b, 0x5a);
+			byte(b, 0x09);
+			fixed64(b, (uint64_t)at);
+			text_field(b, 0x12, name);
+			attributes(b, 0x1a, attrs);
+			end_field(b, ev);
+		}
+		Py_XDECREF(name);
+		Py_XDECREF(t);
+		Py_XDECREF(attrs);
+	}
+}
+
+static void proto_links(Buf *b, View *v)
+{
+	for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v->links) && !b->failed; i++) {
+		PyObject *l = PyList_GET_ITEM(v->links, i);
+		PyObject *trace = field_of(l, s_trace_id), *span = field_of(l, s_span_id),
+			 *attrs = field_of(l, s_attributes);
+		if (!trace || !span || !attrs || !PyDict_Check(attrs)) {
+			b->failed = 1;
+		} else {
+			size_t link = begin_field(b, 0x6a);
+			bytes_field(b, 0x0a, trace, 16);
+			bytes_field(b, 0x12, span, 8);
+			attributes(b, 0x22, attrs);
+			put(b, "\x35\x00\x03\x00\x00", 5); /* flags: has-is-remote | is-remote */
+			end_field(b, link);
+		}
+		Py_XDECREF(trace);
+		Py_XDECREF(span);
+		Py_XDECREF(attrs);
+	}
+}
+
+/* the Span message of one span; 0, or -1 with b->failed set (Python's to write) */
+static int write_span(Buf *b, PyObject *obj)
+{
+	View v;
+	if (view_of(obj, &v) < 0) {
+		view_done(&v);
+		b->failed = 1;
+		return -1;
+	}
+	put(b, "\x0a\x10", 2);
+	put(b, v.trace, 16);
+	put(b, "\x12\x08", 2);
+	put(b, v.span, 8);
+	if (v.has_parent) {
+		put(b, "\x22\x08", 2);
+		put(b, v.parent, 8);
+	}
+	text_field(b, 0x2a, v.name);
+	byte(b, 0x30);
+	byte(b, (unsigned char)v.kind);
+	byte(b, 0x39);
+	fixed64(b, (uint64_t)v.start);
+	byte(b, 0x41);
+	fixed64(b, (uint64_t)v.end);
+	attributes(b, 0x4a, v.attrs);
+	proto_events(b, &v);
+	proto_links(b, &v);
+	size_t status = begin_field(b, 0x7a);
+	if (v.status == STATUS_ERROR && PyUnicode_GET_LENGTH(v.msg))
+		text_field(b, 0x12, v.msg);
+	if (v.status) {
+		byte(b, 0x18);
+		byte(b, (unsigned char)v.status);
+	}
+	end_field(b, status);
+	put(b, "\x85\x01", 2);
+	unsigned char f[4] = {0, v.remote ? 0x03 : 0x01, 0, 0};
+	put(b, f, 4);
+	view_done(&v);
+	return b->failed ? -1 : 0;
+}
+
+static PyObject *span(PyObject *self, PyObject *obj)
+{
+	Buf b = {0};
+	write_span(&b, obj);
+	return finish(&b);
+}
+
+/* ---- OTLP/JSON, as orjson writes otlp_json.span_json's document ------------------ */
+
+static void lit(Buf *b, const char *s) { put(b, s, strlen(s)); }
+
+static void hex(Buf *b, const unsigned char *p, Py_ssize_t n)
+{
+	static const char digits[] = "0123456789abcdef";
+	if (b->failed || grow(b, (size_t)n * 2 + 2))
+		return;
+	unsigned char *o = b->p + b->len;
+	*o++ = '"';
+	for (Py_ssize_t i = 0; i < n; i++) {
+		*o++ = digits[p[i] >> 4];
+		*o++ = digits[p[i] & 15];
+	}
+	*o++ = '"';
+	b->len += (size_t)n * 2 + 2;
+}
+
+/* a JSON string as orjson escapes it: quote, backslash and control characters only */
+static void jstr(Buf *b, PyObject *s)
+{
+	Py_ssize_t n;
+	const char *u = PyUnicode_AsUTF8AndSize(s, &n);
+	if (!u) {
+		PyErr_Clear();
+		b->failed = 1; /* surrogates: orjson refuses them, in Python's path */
+		return;
+	}
+	if (b->failed || grow(b, (size_t)n + 2))
+		return;
+	byte(b, '"');
+	Py_ssize_t from = 0;
+	for (Py_ssize_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)u[i];
+		if (c >= 0x20 && c != '"' && c != '\\')
+			continue;
+		put(b, u + from, i - from);
+		from = i + 1;
+		char esc[7];
+		switch (c) {
+		case '"': lit(b, "\\\""); break;
+		case '\\': lit(b, "\\\\"); break;
+		case '\b': lit(b, "\\b"); break;
+		case '\t': lit(b, "\\t"); break;
+		case '\n': lit(b, "\\n"); break;
+		case '\f': lit(b, "\\f"); break;
+		case '\r': lit(b, "\\r"); break;
+		default:
+			snprintf(esc, sizeof(esc), "\\u%04x", c);
+			put(b, esc, 6);
+		}
+	}
+	put(b, u + from, n - from);
+	byte(b, '"');
+}
+
+static void jnum(Buf *b, long long n)
+{
+	char tmp[24];
+	int i = sizeof(tmp);
+	unsigned long long u = n < 0 ? 0ULL - (unsigned long long)n : (unsigned long long)n;
+	do {
+		tmp[--i] = (char)('0' + u % 10);
+		u /= 10;
+	} while (u);
+	if (n < 0)
+		tmp[--i] = '-';
+	put(b, tmp + i, sizeof(tmp) - i);
+}
+
+static void jquoted_num(Buf *b, long long n)
+{
+	byte(b, '"');
+	jnum(b, n);
+	byte(b, '"');
+}
+
+static void base64(Buf *b, const unsigned char *p, Py_ssize_t n)
+{
+	static const char abc[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	byte(b, '"');
+	for (Py_ssize_t i = 0; i < n; i += 3) {
+		uint32_t v = (uint32_t)p[i] << 16;
+		if (i + 1 < n)
+			v |= (uint32_t)p[i + 1] << 8;
+		if (i + 2 < n)
+			v |= p[i + 2];
+		char q[4] = {abc[(v >> 18) & 63], abc[(v >> 12) & 63],
+			     i + 1 < n ? abc[(v >> 6) & 63] : '=', i + 2 < n ? abc[v & 63] : '='};
+		put(b, q, 4);
+	}
+	byte(b, '"');
+}
+
+static void jvalue(Buf *b, PyObject *v, PyObject *dumps, int depth)
+{
+	if (PyUnicode_CheckExact(v)) {
+		lit(b, "{\"stringValue\":");
+		jstr(b, v);
+		byte(b, '}');
+	} else if (PyBool_Check(v)) {
+		lit(b, v == Py_True ? "{\"boolValue\":true}" : "{\"boolValue\":false}");
+	} else if (PyLong_CheckExact(v)) {
+		int overflow;
+		long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+		if (overflow) {
+			b->failed = 1; /* not an int64: Python writes its digits as text */
+			return;
+		}
+		lit(b, "{\"intValue\":");
+		jquoted_num(b, n); /* proto3 JSON writes int64 as text */
+		byte(b, '}');
+	} else if (PyFloat_CheckExact(v)) {
+		PyObject *text = PyObject_CallOneArg(dumps, v); /* orjson's own double format */
+		if (!text || !PyBytes_Check(text)) {
+			PyErr_Clear();
+			Py_XDECREF(text);
+			b->failed = 1;
+			return;
+		}
+		lit(b, "{\"doubleValue\":");
+		put(b, PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text));
+		byte(b, '}');
+		Py_DECREF(text);
+	} else if ((PyList_CheckExact(v) || PyTuple_CheckExact(v)) && depth < 4) {
+		PyObject *seq = PySequence_Fast(v, "");
+		if (!seq) {
+			PyErr_Clear();
+			b->failed = 1;
+			return;
+		}
+		Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+		if (!n) {
+			lit(b, "{\"arrayValue\":{}}");
+		} else {
+			lit(b, "{\"arrayValue\":{\"values\":[");
+			for (Py_ssize_t i = 0; i < n && !b->failed; i++) {
+				if (i)
+					byte(b, ',');
+				jvalue(b, PySequence_Fast_GET_ITEM(seq, i), dumps, depth + 1);
+			}
+			lit(b, "]}}");
+		}
+		Py_DECREF(seq);
+	} else if (PyBytes_CheckExact(v)) {
+		lit(b, "{\"bytesValue\":");
+		base64(b, (const unsigned char *)PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v));
+		byte(b, '}');
+	} else {
+		b->failed = 1; /* str(v) of an object: Python's */
+	}
+}
+
+static void jattributes(Buf *b, PyObject *attrs, PyObject *dumps)
+{
+	if (!PyDict_Check(attrs)) {
+		b->failed = 1;
+		return;
+	}
+	byte(b, '[');
+	Py_ssize_t pos = 0, i = 0;
+	PyObject *k, *val;
+	while (!b->failed && PyDict_Next(attrs, &pos, &k, &val)) {
+		if (!PyUnicode_CheckExact(k)) {
+			b->failed = 1;
+			break;
+		}
+		if (i++)
+			byte(b, ',');
+		lit(b, "{\"key\":");
+		jstr(b, k);
+		lit(b, ",\"value\":");
+		jvalue(b, val, dumps, 0);
+		byte(b, '}');
+	}
+	byte(b, ']');
+}
+
+static void json_events(Buf *b, View *v, PyObject *dumps)
+{
+	lit(b, ",\"events\":[");
+	for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v->events) && !b->failed; i++) {
+		PyObject *e = PyList_GET_ITEM(v->events, i);
+		PyObject *name = field_of(e, s_name), *t = field_of(e, s_time_ns),
+			 *attrs = field_of(e, s_attributes);
+		int bad = !name || !t || !attrs || !PyUnicode_CheckExact(name) ||
+			  !PyDict_Check(attrs);
+		long long tns = bad ? 0 : ll_of(t, &bad);
+		if (bad) {
+			b->failed = 1;
+		} else {
+			if (i)
+				byte(b, ',');
+			lit(b, "{\"timeUnixNano\":");
+			jquoted_num(b, v->start + tns - v->kstart);
+			lit(b, ",\"name\":");
+			jstr(b, name);
+			if (PyDict_GET_SIZE(attrs)) {
+				lit(b, ",\"attributes\":");
+				jattributes(b, attrs, dumps);
+			}
+			byte(b, '}');
+		}
+		Py_XDECREF(name);
+		Py_XDECREF(t);
+		Py_XDECREF(attrs);
+	}
+	byte(b, ']');
+}
+
+static void json_links(Buf *b, View *v, PyObject *dumps)
+{
+	lit(b, ",\"links\":[");
+	for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v->links) && !b->failed; i++) {
+		PyObject *l = PyList_GET_ITEM(v->links, i);
+		PyObject *trace = field_of(l, s_trace_id), *span = field_of(l, s_span_id),
+			 *attrs = field_of(l, s_attributes);
+		if (!trace || !span || !attrs || !PyBytes_CheckExact(trace) ||
+		    !PyBytes_CheckExact(span) || !PyDict_Check(attrs)) {
+			b->failed = 1;
+		} else {
+			if (i)
+				byte(b, ',');
+			lit(b, "{\"traceId\":");
+			hex(b, (const unsigned char *)PyBytes_AS_STRING(trace), PyBytes_GET_SIZE(trace));
+			lit(b, ",\"spanId\":");
+			hex(b, (const unsigned char *)PyBytes_AS_STRING(span), PyBytes_GET_SIZE(span));
+			if (PyDict_GET_SIZE(attrs)) {
+				lit(b, ",\"attributes\":");
+				jattributes(b, attrs, dumps);
+			}
+			lit(b, ",\"flags\":768}");
+		}
+		Py_XDECREF(trace);
+		Py_XDECREF(span);
+		Py_XDECREF(attrs);
+	}
+	byte(b, ']');
+}
+
+/* the Span object of one span; 0, or -1 with b->failed set (Python's to write) */
+static int write_span_json(Buf *b, PyObject *obj, PyObject *dumps)
+{
+	View v;
+	if (view_of(obj, &v) < 0) {
+		view_done(&v);
+		b->failed = 1;
+		return -1;
+	}
+	lit(b, "{\"traceId\":");
+	hex(b, v.trace, 16);
+	lit(b, ",\"spanId\":");
+	hex(b, v.span, 8);
+	if (v.has_parent) {
+		lit(b, ",\"parentSpanId\":");
+		hex(b, v.parent, 8);
+	}
+	lit(b, v.remote ? ",\"flags\":768,\"name\":" : ",\"flags\":256,\"name\":");
+	jstr(b, v.name);
+	lit(b, ",\"kind\":");
+	jnum(b, v.kind);
+	lit(b, ",\"startTimeUnixNano\":");
+	jquoted_num(b, v.start);
+	lit(b, ",\"endTimeUnixNano\":");
+	jquoted_num(b, v.end);
+	if (PyDict_GET_SIZE(v.attrs)) {
+		lit(b, ",\"attributes\":");
+		jattributes(b, v.attrs, dumps);
+	}
+	if (PyList_GET_SIZE(v.events))
+		json_events(b, &v, dumps);
+	if (PyList_GET_SIZE(v.links))
+		json_links(b, &v, dumps);
+	lit(b, ",\"status\":{");
+	if (v.status) {
+		lit(b, "\"code\":");
+		jnum(b, v.status);
+	}
+	if (v.status == STATUS_ERROR && PyUnicode_GET_LENGTH(v.msg)) {
+		lit(b, ",\"message\":"); /* after the code: ERROR is not 0 */
+		jstr(b, v.msg);
+	}
+	lit(b, "}}");
+	view_done(&v);
+	return b->failed ? -1 : 0;
+}
+
+static PyObject *span_json(PyObject *self, PyObject *args)
+{
+	PyObject *obj, *dumps;
+	if (!PyArg_ParseTuple(args, "OO", &obj, &dumps))
+		return NULL;
+	Buf b = {0};
+	write_span_json(&b, obj, dumps);
+	return finish(&b);
+}
+
+/* ---- a batch: one call, one buffer ----------------------------------------------- */
+
+/* The span a writer left to Python: fallback(span) gives its bytes (an exception from it
+ * goes to the caller). 0, or -1 with an exception set. */
+static int from_python(Buf *b, PyObject *fallback, PyObject *obj)
+{
+	PyObject *out = PyObject_CallOneArg(fallback, obj);
+	if (!out)
+		return -1;
+	if (!PyBytes_Check(out)) {
+		Py_DECREF(out);
+		PyErr_SetString(PyExc_TypeError, "the fallback must return bytes");
+		return -1;
+	}
+	put(b, PyBytes_AS_STRING(out), PyBytes_GET_SIZE(out));
+	Py_DECREF(out);
+	return 0;
+}
+
+static PyObject *batch_done(Buf *b, int error)
+{
+	if (b->oom && !error) {
+		PyErr_NoMemory();
+		error = 1;
+	}
+	if (error) {
+		PyMem_Free(b->p);
+		return NULL;
+	}
+	PyObject *out = PyBytes_FromStringAndSize((const char *)b->p, b->len);
+	PyMem_Free(b->p);
+	return out;
+}
+
+/* spans(list, fallback) -> the ScopeSpans `spans` fields (tag 2) of every span */
+static PyObject *spans(PyObject *self, PyObject *args)
+{
+	PyObject *list, *fallback;
+	if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &list, &fallback))
+		return NULL;
+	Py_ssize_t n = PyList_GET_SIZE(list);
+	Buf b = {0};
+	grow(&b, (size_t)n * 768);
+	int error = 0;
+	for (Py_ssize_t i = 0; i < n && !error && !b.oom; i++) {
+		PyObject *obj = PyList_GET_ITEM(list, i);
+		size_t at = begin_field(&b, 0x12);
+		if (write_span(&b, obj) < 0 && !b.oom) {
+			b.failed = 0;
+			b.len = at + 5;
+			error = from_python(&b, fallback, obj) < 0;
+		}
+		end_field(&b, at);
+	}
+	return batch_done(&b, error);
+}
+
+/* spans_json(list, dumps, fallback) -> the JSON array of every span's object */
+static PyObject *spans_json(PyObject *self, PyObject *args)
+{
+	PyObject *list, *dumps, *fallback;
+	if (!PyArg_ParseTuple(args, "O!OO", &PyList_Type, &list, &dumps, &fallback))
+		return NULL;
+	Py_ssize_t n = PyList_GET_SIZE(list);
+	Buf b = {0};
+	grow(&b, (size_t)n * 1536 + 2);
+	byte(&b, '[');
+	int error = 0;
+	for (Py_ssize_t i = 0; i < n && !error && !b.oom; i++) {
+		PyObject *obj = PyList_GET_ITEM(list, i);
+		if (i)
+			byte(&b, ',');
+		size_t at = b.len;
+		if (write_span_json(&b, obj, dumps) < 0 && !b.oom) {
+			b.failed = 0;
+			b.len = at;
+			error = from_python(&b, fallback, obj) < 0;
+		}
+	}
+	byte(&b, ']');
+	return batch_done(&b, error);
+}
+
 static PyMethodDef otlp_methods[] = {
-	{"span", span, METH_VARARGS,
-	 "span(trace_id, span_id, trace_state, parent_span_id, parent_remote, name, kind, start, "
-	 "end, attributes, status_description, status_code) -> the Span message's bytes, or None"},
+	{"span", span, METH_O,
+	 "span(neutral_span) -> its OTLP Span message's bytes, or None (Python's to write)"},
+	{"span_json", span_json, METH_VARARGS,
+	 "span_json(neutral_span, dumps) -> its OTLP/JSON Span object's bytes, or None"},
+	{"spans", spans, METH_VARARGS,
+	 "spans(list, fallback) -> ScopeSpans.spans fields of every span; fallback(span) -> "
+	 "the Span message of one this code leaves to Python"},
+	{"spans_json", spans_json, METH_VARARGS,
+	 "spans_json(list, dumps, fallback) -> the JSON array of the spans; fallback(span) -> "
+	 "the JSON object of one this code leaves to Python"},
 	{NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef otlp_module = {
 	PyModuleDef_HEAD_INIT, "otel_ebpf._fast.otlp",
-	"OTLP Span messages written in C; otel_ebpf/export/otlp_proto.py is the reference.", -1,
-	otlp_methods,
+	"OTLP spans written in C; otel_ebpf/export/otlp_proto.py and otlp_json.py are the "
+	"reference.",
+	-1, otlp_methods,
 };
 
-PyMODINIT_FUNC PyInit_otlp(void) { return PyModule_Create(&otlp_module); }
+PyMODINIT_FUNC PyInit_otlp(void)
+{
+	struct {
+		PyObject **slot;
+		const char *name;
+	} names[] = {
+		{&s_name, "name"},
+		{&s_kind, "kind"},
+		{&s_start_ns, "start_ns"},
+		{&s_end_ns, "end_ns"},
+		{&s_wall_ns, "wall_ns"},
+		{&s_attributes, "attributes"},
+		{&s_status, "status"},
+		{&s_status_message, "status_message"},
+		{&s_trace_id, "trace_id"},
+		{&s_span_id, "span_id"},
+		{&s_parent_span_id, "parent_span_id"},
+		{&s_events, "events"},
+		{&s_links, "links"},
+		{&s_time_ns, "time_ns"},
+	};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		*names[i].slot = PyUnicode_InternFromString(names[i].name);
+		if (!*names[i].slot)
+			return NULL;
+	}
+	return PyModule_Create(&otlp_module);
+}

@@ -1,11 +1,11 @@
 """Consistent head sampling: a trace is kept or dropped by its trace ID alone.
 
-OpenTelemetry's consistent probability sampling (tracestate `ot=th:`): the last 56 bits of
-the trace ID are its randomness R (W3C Trace Context level 2 makes them random; ours are
-random or a SHA-256), and a trace is kept when R >= T, the rejection threshold
-T = (1 - ratio) * 2^56. Every agent with the same ratio, on any host, keeps exactly the
-same traces without talking, and a Collector or backend reading `th` knows each kept span
-stands for 2^56 / (2^56 - T) spans.
+OpenTelemetry's consistent probability sampling: the last 56 bits of the trace ID are its
+randomness R (W3C Trace Context level 2 makes them random; ours are random or a SHA-256),
+and a trace is kept when R >= T, the rejection threshold T = (1 - ratio) * 2^56. Every
+agent with the same ratio, on any host, keeps exactly the same traces without talking.
+`th_value` is T as the tracestate `ot=th:` field writes it (what a Collector's
+probabilistic sampler reads).
 """
 
 from __future__ import annotations
@@ -42,10 +42,12 @@ class HeadSampler:
     def __init__(self, ratio: float) -> None:
         self.ratio = ratio
         self.threshold = threshold(ratio)
+
+    def describe(self) -> str:
         th = th_value(self.threshold)
-        # written on exported spans only when sampling is on: at ratio 1 there is nothing
-        # to say, and the exported bytes stay as they were
-        self.tracestate = f"ot=th:{th}" if th is not None and self.threshold else ""
+        return (f"sampling.ratio {self.ratio:g}: a trace is exported when its ID's last 56 "
+                f"bits are at least the threshold (tracestate th:{th})" if th is not None
+                else "sampling.ratio 0: no trace is exported")
 
     def keeps(self, trace_id: bytes) -> bool:
         return int.from_bytes(trace_id[-7:], "big") >= self.threshold

@@ -17,10 +17,10 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
-from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_ebpf.export.otlp_json import spans_to_otlp_json
+from otel_ebpf.protocols.base import NeutralSpan
 
 # bytes fields that OTLP/JSON writes as hex: in spans, links and metric exemplars
 _HEX_FIELDS = frozenset({"traceId", "spanId", "parentSpanId"})
@@ -100,14 +100,17 @@ class _SharedFile:
 
 
 class FileSpanExporter(SpanExporter):
-    """Writes each batch as one ExportTraceServiceRequest line. Raises FileExporterError
-    at construction when the path cannot be opened for appending."""
+    """Writes each batch of ready NeutralSpans (spans/convert.py) as one
+    ExportTraceServiceRequest line. Raises FileExporterError at construction when the path
+    cannot be opened for appending."""
+
+    takes_neutral_spans = True  # ExportQueue hands it the agent's spans, not the SDK's
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._file: _SharedFile | None = _SharedFile.acquire(path)
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def export(self, spans: Sequence[NeutralSpan]) -> SpanExportResult:  # type: ignore[override]
         if self._file is None:
             return SpanExportResult.FAILURE
         try:

@@ -1,4 +1,4 @@
-"""ReadableSpans straight to OTLP/JSON (the OTel Collector file exporter's format), with
+"""Ready NeutralSpans straight to OTLP/JSON (the OTel Collector file exporter's format), with
 orjson: the protobuf route (SDK encoder, then protobuf's JSON mapping) spent ~175 µs a
 span here, most of it in json_format; this builds the same document in ~40 µs, and with
 each attribute pair serialized once and reused (orjson.Fragment), less again."""
@@ -10,12 +10,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
-from opentelemetry.sdk.trace import ReadableSpan
 
-from otel_ebpf.export.otlp_proto import by_resource_and_scope, pair_cache_key
+from otel_ebpf import _fast
+from otel_ebpf.export.otlp_proto import by_resource, pair_cache_key
+from otel_ebpf.protocols.base import NeutralSpan, StatusCode
+from otel_ebpf.spans.convert import SCOPE, has_remote_parent, wall_end
 
-# OTLP's SpanKind counts from 1 (UNSPECIFIED = 0); the API's from 0 (INTERNAL = 0)
-_KIND_OFFSET = 1
 # SpanFlags: the span knows whether its parent is remote, and whether it is
 _HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200
 # serialized attribute pairs kept for reuse; cleared when full (see otlp_proto.py)
@@ -29,6 +29,8 @@ def _value(v: Any) -> dict[str, Any]:
     if t is bool:
         return {"boolValue": v}
     if t is int:
+        if not -(2**63) <= v < 2**63:  # not an int64: its digits, as text (as otlp_proto)
+            return {"stringValue": str(v)}
         return {"intValue": str(v)}  # proto3 JSON: 64-bit integers are strings
     if t is float:
         return {"doubleValue": v}
@@ -63,62 +65,61 @@ def _attributes(attributes: Mapping[str, Any] | None) -> orjson.Fragment:
                            + b"]")
 
 
-def _span(span: ReadableSpan) -> dict[str, Any]:
-    ctx = span.get_span_context()
-    out: dict[str, Any] = {
-        "traceId": f"{ctx.trace_id:032x}",
-        "spanId": f"{ctx.span_id:016x}",
-    }
-    trace_state = ctx.trace_state.to_header() if ctx.trace_state else ""
-    if trace_state:
-        out["traceState"] = trace_state
-    parent = span.parent
-    if parent is not None and parent.span_id:
-        out["parentSpanId"] = f"{parent.span_id:016x}"
-    flags = _HAS_IS_REMOTE | (_IS_REMOTE if parent is not None and parent.is_remote else 0)
-    out["flags"] = flags
+def span_json(span: NeutralSpan) -> dict[str, Any]:
+    """The Span object of a ready NeutralSpan (spans/convert.py: ready), as the protobuf
+    route writes it for the ReadableSpan made of it; the reference for the C writer."""
+    start = span.wall_ns
+    out: dict[str, Any] = {"traceId": span.trace_id.hex(), "spanId": span.span_id.hex()}
+    parent = span.parent_span_id
+    if parent and int.from_bytes(parent, "big"):
+        out["parentSpanId"] = parent.hex()
+    out["flags"] = _HAS_IS_REMOTE | (_IS_REMOTE if has_remote_parent(span) else 0)
     out["name"] = span.name
-    out["kind"] = span.kind.value + _KIND_OFFSET
-    out["startTimeUnixNano"] = str(span.start_time)
-    out["endTimeUnixNano"] = str(span.end_time)
+    out["kind"] = int(span.kind)
+    out["startTimeUnixNano"] = str(start)
+    out["endTimeUnixNano"] = str(wall_end(span))
     if span.attributes:
         out["attributes"] = _attributes(span.attributes)
     if span.events:
         out["events"] = [
-            {"timeUnixNano": str(e.timestamp), "name": e.name,
+            {"timeUnixNano": str(start + e.time_ns - span.start_ns), "name": e.name,
              **({"attributes": _attributes(e.attributes)} if e.attributes else {})}
             for e in span.events
         ]
     if span.links:
         out["links"] = [
-            {"traceId": f"{link.context.trace_id:032x}",
-             "spanId": f"{link.context.span_id:016x}",
+            {"traceId": link.trace_id.hex(), "spanId": link.span_id.hex(),
              **({"attributes": _attributes(link.attributes)} if link.attributes else {}),
-             "flags": _HAS_IS_REMOTE | (_IS_REMOTE if link.context.is_remote else 0)}
+             "flags": _HAS_IS_REMOTE | _IS_REMOTE}  # a link is to a peer's span
             for link in span.links
         ]
     status: dict[str, Any] = {}
-    if span.status.status_code.value:
-        status["code"] = span.status.status_code.value
-    if span.status.description:
-        status["message"] = span.status.description
+    if span.status:
+        status["code"] = int(span.status)
+    if span.status == StatusCode.ERROR and span.status_message:
+        status["message"] = span.status_message
     out["status"] = status
     return out
 
 
-def spans_to_otlp_json(spans: Sequence[ReadableSpan]) -> bytes:
-    """One ExportTraceServiceRequest as an OTLP/JSON line (newline included)."""
+def _span_bytes(span: NeutralSpan) -> bytes:
+    """A span the C writer leaves to Python, serialized as it would be in the document."""
+    return orjson.dumps(span_json(span))
+
+
+def spans_to_otlp_json(spans: Sequence[NeutralSpan]) -> bytes:
+    """One ExportTraceServiceRequest of ready spans as an OTLP/JSON line (newline included)."""
+    scope = {"name": SCOPE.name, **({"version": SCOPE.version} if SCOPE.version else {})}
     resource_spans = []
-    for resource, scopes in by_resource_and_scope(spans):
-        scope_spans = []
-        for scope, members in scopes.items():
-            scope_doc: dict[str, Any] = {}
-            if scope is not None:
-                scope_doc = {"name": scope.name, **({"version": scope.version}
-                                                    if scope.version else {})}
-            scope_spans.append({"scope": scope_doc, "spans": [_span(m) for m in members]})
+    fast = _fast.otlp
+    for resource, members in by_resource(spans):
+        if fast is not None:  # the same bytes, written in C (otel_ebpf/_fast/otlp.c)
+            encoded: Any = orjson.Fragment(fast.spans_json(members, orjson.dumps, _span_bytes))
+        else:
+            encoded = [span_json(m) for m in members]
         doc: dict[str, Any] = {"resource": {"attributes": _attributes(resource.attributes)}
-                               if resource.attributes else {}, "scopeSpans": scope_spans}
+                               if resource.attributes else {},
+                               "scopeSpans": [{"scope": scope, "spans": encoded}]}
         if resource.schema_url:
             doc["schemaUrl"] = resource.schema_url
         resource_spans.append(doc)

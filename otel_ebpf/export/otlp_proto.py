@@ -1,5 +1,5 @@
-"""ReadableSpans straight to OTLP protobuf bytes (an ExportTraceServiceRequest), written
-field by field. The SDK's encoder builds a message object per span, attribute and value
+"""Ready NeutralSpans straight to OTLP protobuf bytes (an ExportTraceServiceRequest),
+written field by field. The SDK's encoder builds a message object per span, attribute and value
 (~50 µs a span here); the spans the agent makes repeat the same attribute pairs
 (method, status, server address...), so each pair is encoded once and reused."""
 
@@ -9,18 +9,17 @@ import struct
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan
-
 from otel_ebpf import _fast
+from otel_ebpf.protocols.base import NeutralSpan, StatusCode
+from otel_ebpf.spans.convert import SCOPE, has_remote_parent, wall_end
 
-# OTLP's SpanKind counts from 1 (UNSPECIFIED = 0); the API's from 0 (INTERNAL = 0)
-_KIND_OFFSET = 1
 # SpanFlags: the span knows whether its parent is remote, and whether it is
 _HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200
 # encoded attribute pairs kept for reuse; cleared when full (values of high cardinality,
 # like ports and paths, would otherwise keep it growing)
 _PAIR_CACHE_MAX = 1 << 16
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _fixed64 = struct.Struct("<Q").pack
 _fixed32 = struct.Struct("<I").pack
 _double = struct.Struct("<d").pack
@@ -51,6 +50,8 @@ def _any_value(v: Any) -> bytes:
     if t is bool:
         return b"\x10\x01" if v else b"\x10\x00"
     if t is int:
+        if not _INT64_MIN <= v <= _INT64_MAX:  # not an int64: its digits, as text
+            return _field(b"\x0a", str(v).encode())
         return b"\x18" + _varint(v if v >= 0 else v + (1 << 64))
     if t is float:
         return b"\x21" + _double(v)
@@ -91,70 +92,55 @@ def attributes(tag: bytes, attrs: Mapping[str, Any] | None) -> bytes:
     return b"".join([_field(tag, _key_value(k, v)) for k, v in attrs.items()])
 
 
-def _span(span: ReadableSpan) -> bytes:
-    ctx = span.get_span_context()
-    parent = span.parent
-    fast = _fast.otlp
-    if fast is not None and not span.events and not span.links:
-        # the same bytes, written in C (otel_ebpf/_fast/otlp.c); None: a value it leaves here
-        status = span.status
-        encoded = fast.span(
-            ctx.trace_id, ctx.span_id,
-            ctx.trace_state.to_header().encode() if ctx.trace_state else b"",
-            parent.span_id if parent is not None else 0,
-            parent is not None and parent.is_remote, span.name,
-            span.kind.value + _KIND_OFFSET, span.start_time, span.end_time, span.attributes,
-            status.description or "", status.status_code.value)
-        if encoded is not None:
-            return encoded
-    parts = [b"\x0a\x10", ctx.trace_id.to_bytes(16, "big"),
-             b"\x12\x08", ctx.span_id.to_bytes(8, "big")]
-    trace_state = ctx.trace_state.to_header() if ctx.trace_state else ""
-    if trace_state:
-        parts.append(_field(b"\x1a", trace_state.encode()))
-    if parent is not None and parent.span_id:
-        parts += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
+def span_proto(span: NeutralSpan) -> bytes:
+    """The Span message of a ready NeutralSpan (spans/convert.py: ready), as the SDK's
+    encoder writes it for the ReadableSpan made of it; the reference for the C writer."""
+    start = span.wall_ns
+    parts = [b"\x0a\x10", span.trace_id, b"\x12\x08", span.span_id]
+    if len(span.trace_id) != 16 or len(span.span_id) != 8:
+        raise ValueError(f"span {span.name!r}: IDs not assigned")
+    parent = span.parent_span_id
+    if parent and int.from_bytes(parent, "big"):
+        parts += (b"\x22\x08", parent)
     parts += (
         _field(b"\x2a", span.name.encode()),
-        b"\x30", _SMALL[span.kind.value + _KIND_OFFSET],
-        b"\x39", _fixed64(span.start_time),
-        b"\x41", _fixed64(span.end_time),
+        b"\x30", _SMALL[span.kind],
+        b"\x39", _fixed64(start),
+        b"\x41", _fixed64(wall_end(span)),
         attributes(b"\x4a", span.attributes),
     )
     for event in span.events:
         parts.append(_field(b"\x5a", b"".join((
-            b"\x09", _fixed64(event.timestamp),
+            b"\x09", _fixed64(start + event.time_ns - span.start_ns),
             _field(b"\x12", event.name.encode()),
             attributes(b"\x1a", event.attributes)))))
     for link in span.links:
-        remote = _IS_REMOTE if link.context.is_remote else 0
         parts.append(_field(b"\x6a", b"".join((
-            b"\x0a\x10", link.context.trace_id.to_bytes(16, "big"),
-            b"\x12\x08", link.context.span_id.to_bytes(8, "big"),
+            b"\x0a\x10", link.trace_id, b"\x12\x08", link.span_id,
             attributes(b"\x22", link.attributes),
-            b"\x35", _fixed32(_HAS_IS_REMOTE | remote)))))
-    status = span.status
+            b"\x35", _fixed32(_HAS_IS_REMOTE | _IS_REMOTE)))))  # a link is to a peer's span
     body = b""
-    if status.description:
-        body += _field(b"\x12", status.description.encode())
-    if status.status_code.value:
-        body += b"\x18" + _SMALL[status.status_code.value]
+    if span.status == StatusCode.ERROR and span.status_message:
+        body += _field(b"\x12", span.status_message.encode())
+    if span.status:
+        body += b"\x18" + _SMALL[span.status]
     parts.append(_field(b"\x7a", body))
-    remote = _IS_REMOTE if parent is not None and parent.is_remote else 0
+    remote = _IS_REMOTE if has_remote_parent(span) else 0
     parts += (b"\x85\x01", _fixed32(_HAS_IS_REMOTE | remote))
     return b"".join(parts)
 
 
-def by_resource_and_scope(spans: Iterable[ReadableSpan]) -> list[tuple[Any, dict[Any, list]]]:
-    """[(resource, {scope: [span, ...]})], in first-seen order: the nesting OTLP wants.
-    Resources are shared objects (spans/convert.py), grouped by identity, not by hash."""
-    groups: dict[int, tuple[Any, dict[Any, list]]] = {}
+def by_resource(spans: Iterable[NeutralSpan]) -> list[tuple[Any, list[NeutralSpan]]]:
+    """[(resource, [span, ...])], in first-seen order: the nesting OTLP wants (one scope,
+    the agent's). Resources are shared objects (spans/convert.py), grouped by identity,
+    not by hash."""
+    groups: dict[int, tuple[Any, list[NeutralSpan]]] = {}
     for span in spans:
         resource = span.resource
         entry = groups.get(id(resource))
         if entry is None:
-            entry = groups[id(resource)] = (resource, {})
-        entry[1].setdefault(span.instrumentation_scope, []).append(span)
+            entry = groups[id(resource)] = (resource, [])
+        entry[1].append(span)
     return list(groups.values())
 
 
@@ -167,15 +153,18 @@ def _scope(scope: Any) -> bytes:
     return out
 
 
-def spans_to_otlp_proto(spans: Sequence[ReadableSpan]) -> bytes:
-    """One ExportTraceServiceRequest, serialized."""
+def spans_to_otlp_proto(spans: Sequence[NeutralSpan]) -> bytes:
+    """One ExportTraceServiceRequest of ready spans, serialized."""
+    scope = _field(b"\x0a", _scope(SCOPE))
     out = []
-    for resource, scopes in by_resource_and_scope(spans):
-        parts = [_field(b"\x0a", attributes(b"\x0a", resource.attributes))]
-        for scope, members in scopes.items():
-            scope_spans = _field(b"\x0a", _scope(scope)) + b"".join(
-                [_field(b"\x12", _span(s)) for s in members])
-            parts.append(_field(b"\x12", scope_spans))
+    fast = _fast.otlp
+    for resource, members in by_resource(spans):
+        if fast is not None:  # the same bytes, written in C (otel_ebpf/_fast/otlp.c)
+            encoded = fast.spans(members, span_proto)  # what it leaves to C: span_proto's
+        else:
+            encoded = b"".join([_field(b"\x12", span_proto(s)) for s in members])
+        parts = [_field(b"\x0a", attributes(b"\x0a", resource.attributes)),
+                 _field(b"\x12", scope + encoded)]
         if resource.schema_url:
             parts.append(_field(b"\x1a", resource.schema_url.encode()))
         out.append(_field(b"\x0a", b"".join(parts)))

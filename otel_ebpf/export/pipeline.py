@@ -14,9 +14,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter
-from opentelemetry.trace import TraceState
 
 from otel_ebpf import __version__
 from otel_ebpf.correlate import assign_ids
@@ -25,7 +23,7 @@ from otel_ebpf.export.metrics_send import CountedMetricExporter
 from otel_ebpf.export.queue import ExportQueue
 from otel_ebpf.protocols.base import NeutralSpan
 from otel_ebpf.spans.clock import KernelClock
-from otel_ebpf.spans.convert import resource_for, to_readable
+from otel_ebpf.spans.convert import ready, resource_for
 from otel_ebpf.spans.resources import ProcessResources
 from otel_ebpf.telemetry import COUNTERS, Stats
 
@@ -50,14 +48,11 @@ class TracePipeline:
         stats: Stats,
         resources: ProcessResources,
         clock: KernelClock,
-        trace_state: str = "",
         **queue_options: Any,
     ) -> None:
         self._stats = stats
         self._resources = resources
         self._clock = clock
-        # the head sampler's `ot=th:` (W3C tracestate), on every span it kept
-        self._trace_state = TraceState.from_header([trace_state]) if trace_state else None
         self.queues = {
             name: ExportQueue(exporter, name, stats, **queue_options)
             for name, exporter in exporters.items()
@@ -65,24 +60,21 @@ class TracePipeline:
         }
 
     def submit(self, spans: list[NeutralSpan]) -> None:
-        """Convert and queue spans for every exporter. Never blocks on a backend."""
+        """Make spans ready (IDs, resource, wall-clock start) and queue them for every
+        exporter. Never blocks on a backend."""
         if not spans or not self.queues:
             return
         assign_ids(spans)
         resources: dict[int, Resource] = {}  # one /proc look-up per process per batch
-        readable: list[ReadableSpan] = []
+        clock = self._clock
         for span in spans:
             resource = resources.get(span.pid)
             if resource is None:
                 attrs = self._resources.get(span.pid, span.conn.comm)
                 resource = resources[span.pid] = resource_for(attrs)
-            try:
-                readable.append(to_readable(span, resource, self._clock, self._trace_state))
-            except Exception:  # a malformed span must not cost the rest of the batch
-                log.exception("cannot convert span %r", span.name)
-                self._stats.add("spans.dropped", 1, reason="unconvertible")
+            ready(span, resource, clock)
         for queue in self.queues.values():
-            queue.put(readable)
+            queue.put(spans)
 
     def flush(self, timeout_s: float = 30.0) -> None:
         _in_parallel((functools.partial(q.flush, timeout_s) for q in self.queues.values()), timeout_s)

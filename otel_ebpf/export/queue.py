@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from otel_ebpf.protocols.base import NeutralSpan
+from otel_ebpf.spans.convert import to_readable
 from otel_ebpf.telemetry import Stats
 
 log = logging.getLogger(__name__)
@@ -38,12 +40,14 @@ class ExportQueue:
         if max_queue_size < 1 or max_batch_size < 1 or schedule_delay_s <= 0:
             raise ValueError("queue and batch sizes must be >= 1 and the delay > 0")
         self.exporter = exporter
+        # the agent's own exporters encode ready NeutralSpans; the SDK's take ReadableSpans
+        self._takes_neutral = bool(getattr(exporter, "takes_neutral_spans", False))
         self.name = name
         self._stats = stats
         self._max_queue = max_queue_size
         self._max_batch = min(max_batch_size, max_queue_size)
         self._delay = schedule_delay_s
-        self._spans: deque[ReadableSpan] = deque()
+        self._spans: deque[NeutralSpan] = deque()
         self._cond = threading.Condition()
         self._closing = False
         self._flushes: list[threading.Event] = []  # flush() callers waiting for an empty queue
@@ -54,7 +58,7 @@ class ExportQueue:
         self._worker = threading.Thread(target=self._run, name=f"export-{name}", daemon=True)
         self._worker.start()
 
-    def put(self, spans: Sequence[ReadableSpan]) -> None:
+    def put(self, spans: Sequence[NeutralSpan]) -> None:
         """Queue spans for export. Never blocks: what does not fit is dropped and counted."""
         with self._cond:
             if self._closing:
@@ -137,7 +141,11 @@ class ExportQueue:
             if closing:
                 return
 
-    def _export(self, batch: list[ReadableSpan]) -> None:
+    def _export(self, batch: list[NeutralSpan]) -> None:
+        if not self._takes_neutral:
+            batch = self._readable(batch)
+            if not batch:
+                return
         try:
             result = self.exporter.export(batch)
         except Exception:  # an exporter bug must not kill the worker
@@ -145,6 +153,17 @@ class ExportQueue:
             result = SpanExportResult.FAILURE
         counter = "spans.exported" if result is SpanExportResult.SUCCESS else "spans.failed"
         self._stats.add(counter, len(batch), exporter=self.name)
+
+    def _readable(self, batch: list[NeutralSpan]) -> list[ReadableSpan]:
+        """The SDK's spans, for an exporter that takes only those."""
+        readable = []
+        for span in batch:
+            try:
+                readable.append(to_readable(span))
+            except Exception:  # a malformed span must not cost the rest of the batch
+                log.exception("exporter %s: cannot convert span %r", self.name, span.name)
+                self._stats.add("spans.dropped", 1, reason="unconvertible")
+        return readable
 
     def _drop(self, count: int) -> None:
         self._stats.add("spans.dropped", count, exporter=self.name)

@@ -1,4 +1,7 @@
-"""NeutralSpan -> the SDK's ReadableSpan, which every SDK exporter (OTLP, file, console) takes."""
+"""A NeutralSpan made ready for export (its process's Resource, its wall-clock start), and
+the SDK's ReadableSpan made from it for the exporters that take only those (otlphttp,
+console): the agent's own encoders (export/otlp_proto.py, otlp_json.py) read the ready
+NeutralSpan itself."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, TraceFlags, TraceState
+from opentelemetry.trace import Link, SpanContext, TraceFlags
 from opentelemetry.trace.status import Status
 from opentelemetry.trace.status import StatusCode as ApiStatusCode
 
@@ -59,11 +62,30 @@ def resource_for(attributes: Mapping[str, AttributeValue]) -> Resource:
         return resource
 
 
-def to_readable(span: NeutralSpan, resource: Resource, clock: KernelClock,
-                trace_state: TraceState | None = None) -> ReadableSpan:
+def ready(span: NeutralSpan, resource: Resource, clock: KernelClock) -> NeutralSpan:
+    """Give the span what export needs beyond itself; returns the span.
+
+    The start is dated by the wall clock of its own moment; the end and the events keep
+    their kernel distance from it, so a wall-clock step inside a span cannot change its
+    duration."""
+    span.resource = resource
+    span.wall_ns = clock.to_wall(span.start_ns)
+    return span
+
+
+def wall_end(span: NeutralSpan) -> int:
+    return span.wall_ns + span.end_ns - span.start_ns
+
+
+def has_remote_parent(span: NeutralSpan) -> bool:
+    """A server or consumer span's parent came over the wire: the peer's span."""
+    return bool(span.parent_span_id) and span.kind in _REMOTE_PARENT
+
+
+def to_readable(span: NeutralSpan) -> ReadableSpan:
+    """The SDK's ReadableSpan of a ready span (see ready)."""
     trace_id = int.from_bytes(span.trace_id, "big")
-    context = SpanContext(trace_id, int.from_bytes(span.span_id, "big"), False, _SAMPLED,
-                          trace_state)
+    context = SpanContext(trace_id, int.from_bytes(span.span_id, "big"), False, _SAMPLED)
     parent = None
     if span.parent_span_id:
         parent = SpanContext(
@@ -75,14 +97,12 @@ def to_readable(span: NeutralSpan, resource: Resource, clock: KernelClock,
     status_code = _STATUS[span.status]
     # the SDK ignores (and warns about) a description on anything but ERROR
     description = (span.status_message or None) if status_code is ApiStatusCode.ERROR else None
-    # the start is dated by the wall clock; the end and the events keep their kernel
-    # distance from it, so a wall-clock step inside a span cannot change its duration
-    start = clock.to_wall(span.start_ns)
+    start = span.wall_ns
     return ReadableSpan(
         name=span.name,
         context=context,
         parent=parent,
-        resource=resource,
+        resource=span.resource,
         attributes=span.attributes,
         events=[
             Event(e.name, dict(e.attributes), start + e.time_ns - span.start_ns) for e in span.events
@@ -96,6 +116,6 @@ def to_readable(span: NeutralSpan, resource: Resource, clock: KernelClock,
         kind=_KINDS[span.kind],
         status=Status(status_code, description),
         start_time=start,
-        end_time=start + span.end_ns - span.start_ns,
+        end_time=wall_end(span),
         instrumentation_scope=SCOPE,
     )

@@ -1,4 +1,5 @@
-"""Readable spans of every shape the agent makes, for the OTLP encoding tests."""
+"""Spans of every shape the agent makes, ready for export, for the OTLP encoding tests; and
+the SDK's ReadableSpans made of them, which the SDK's encoder takes."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from otel_ebpf.protocols.base import (
 )
 
 from otel_ebpf.spans.clock import KernelClock
-from otel_ebpf.spans.convert import resource_for, to_readable
+from otel_ebpf.spans.convert import ready, resource_for, to_readable
 
 CONN = ConnInfo(pid=7, fd=3, generation=1, role=Role.SERVER, transport="stream", family="ipv4")
 
@@ -30,7 +31,7 @@ def neutral_span(i: int, kind: SpanKind, **kw) -> NeutralSpan:
         trace_id=bytes(range(1, 17)), span_id=bytes([i + 1] * 8), **kw)
 
 
-def sample_spans() -> list[ReadableSpan]:
+def sample_spans() -> list[NeutralSpan]:
     """Two processes (resources), every span kind, parents, an error, events, links."""
     clock = KernelClock()
     resources = [resource_for({"service.name": "a", "process.pid": 1}),
@@ -44,5 +45,10 @@ def sample_spans() -> list[ReadableSpan]:
                      links=[SpanLink(bytes([5] * 16), bytes([6] * 8), {"why": "derived"}),
                             SpanLink(bytes([4] * 16), bytes([3] * 8))]),
         neutral_span(4, SpanKind.INTERNAL, status=StatusCode.OK),
+        neutral_span(5, SpanKind.CLIENT, status=StatusCode.OK, status_message="not said"),
     ]
-    return [to_readable(s, resources[i % 2], clock) for i, s in enumerate(spans)]
+    return [ready(s, resources[i % 2], clock) for i, s in enumerate(spans)]
+
+
+def readable(spans: list[NeutralSpan]) -> list[ReadableSpan]:
+    return [to_readable(s) for s in spans]

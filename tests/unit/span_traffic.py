@@ -198,6 +198,10 @@ def spans_of(events: list) -> list:
     return spans
 
 
+# set later, by the export pipeline: not what parsing and correlation made
+EXPORT_FIELDS = frozenset({"resource", "wall_ns"})
+
+
 def plain(spans: list) -> list:
     """Spans as JSON-able data, IDs by first appearance, attributes in their order."""
     ids: dict[bytes, str] = {}
@@ -217,7 +221,8 @@ def plain(spans: list) -> list:
         if isinstance(value, (list, tuple)):
             return [data(v) for v in value]
         if dataclasses.is_dataclass(value):
-            return {f.name: data(getattr(value, f.name)) for f in dataclasses.fields(value)}
+            return {f.name: data(getattr(value, f.name)) for f in dataclasses.fields(value)
+                    if f.name not in EXPORT_FIELDS}
         return value
 
     return [data(s) for s in spans]

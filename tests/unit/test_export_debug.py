@@ -20,7 +20,7 @@ from rich.console import Console
 from otel_ebpf.correlate import assign_ids
 from otel_ebpf.export.debug import DebugMetricExporter, DebugSpanExporter, header_line, span_line
 from otel_ebpf.spans.clock import KernelClock
-from otel_ebpf.spans.convert import resource_for, to_readable
+from otel_ebpf.spans.convert import ready, resource_for, to_readable
 from tests.protocols.conftest import ConnectionDriver, conn_info
 
 CONN = ConnInfo(pid=5, fd=3, generation=1, role=Role.SERVER, transport="stream", family="ipv4")
@@ -45,7 +45,7 @@ def http_spans(response: bytes, role: Role, service: str, duration_ns: int):
     neutral = driver.spans()
     assign_ids(neutral)
     resource = resource_for({"service.name": service})
-    return neutral, [to_readable(s, resource, KernelClock()) for s in neutral]
+    return neutral, [to_readable(ready(s, resource, KernelClock())) for s in neutral]
 
 
 def hand_built():
@@ -63,7 +63,7 @@ def hand_built():
         )
     ]
     assign_ids(neutral)
-    return neutral, [to_readable(s, resource_for({"service.name": "shop"}), KernelClock()) for s in neutral]
+    return neutral, [to_readable(ready(s, resource_for({"service.name": "shop"}), KernelClock())) for s in neutral]
 
 
 def test_basic_counts_only():
@@ -179,7 +179,7 @@ def test_control_characters_from_the_wire_stay_out_of_the_console():
                            start_ns=1_000, end_ns=2_000, conn=CONN,
                            attributes={"messaging.destination.name": "/chat\x1b[2J\nter"})]
     assign_ids(neutral)
-    spans = [to_readable(s, resource_for({"service.name": "talker"}), KernelClock()) for s in neutral]
+    spans = [to_readable(ready(s, resource_for({"service.name": "talker"}), KernelClock())) for s in neutral]
     for tty in (False, True):
         out = Console(file=io.StringIO(), width=200, soft_wrap=True, force_terminal=tty,
                       color_system="standard" if tty else None)

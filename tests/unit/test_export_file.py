@@ -12,12 +12,12 @@ from otel_ebpf.protocols.base import ConnInfo, NeutralSpan, Role, SpanEvent, Spa
 from otel_ebpf.correlate import assign_ids
 from otel_ebpf.export.file import FileExporterError, FileMetricExporter, FileSpanExporter
 from otel_ebpf.spans.clock import KernelClock
-from otel_ebpf.spans.convert import resource_for, to_readable
+from otel_ebpf.spans.convert import ready, resource_for
 
 CONN = ConnInfo(pid=77, fd=3, generation=1, role=Role.CLIENT, transport="stream", family="ipv4")
 
 
-def readable_spans(n: int = 2, service: str = "gateway"):
+def ready_spans(n: int = 2, service: str = "gateway"):
     spans = [
         NeutralSpan(
             name=f"POST /v1/chat/completions {i}",
@@ -35,7 +35,7 @@ def readable_spans(n: int = 2, service: str = "gateway"):
     assign_ids(spans)
     spans[-1].parent_span_id = spans[0].span_id
     resource = resource_for({"service.name": service, "process.pid": 77})
-    return spans, [to_readable(s, resource, KernelClock()) for s in spans]
+    return spans, [ready(s, resource, KernelClock()) for s in spans]
 
 
 def read_lines(path):
@@ -45,7 +45,7 @@ def read_lines(path):
 def test_span_lines_shape(tmp_path):
     path = tmp_path / "deep" / "dir" / "traces.jsonl"  # parent dirs are created
     exporter = FileSpanExporter(str(path))
-    neutral, spans = readable_spans()
+    neutral, spans = ready_spans()
     assert exporter.export(spans) is SpanExportResult.SUCCESS
     assert exporter.export(spans[:1]) is SpanExportResult.SUCCESS
     exporter.shutdown()
@@ -84,7 +84,7 @@ def test_appends_and_is_thread_safe(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text('{"resourceSpans":[]}\n')
     exporter = FileSpanExporter(str(path))
-    _, spans = readable_spans(5)
+    _, spans = ready_spans(5)
     threads = [threading.Thread(target=lambda: [exporter.export(spans) for _ in range(20)]) for _ in range(4)]
     for t in threads:
         t.start()
@@ -99,7 +99,7 @@ def test_appends_and_is_thread_safe(tmp_path):
 def test_export_after_shutdown_fails(tmp_path):
     exporter = FileSpanExporter(str(tmp_path / "t.jsonl"))
     exporter.shutdown()
-    assert exporter.export(readable_spans(1)[1]) is SpanExportResult.FAILURE
+    assert exporter.export(ready_spans(1)[1]) is SpanExportResult.FAILURE
 
 
 @pytest.mark.parametrize("case", ["is a directory", "parent is a file"])

@@ -12,7 +12,10 @@ WAIT = 10.0  # upper bound of every wait; the tests normally pass in millisecond
 
 
 class Recorder(SpanExporter):
-    """Records batches; can block in export until released, and fail."""
+    """Records batches; can block in export until released, and fail. Takes what it is
+    given, as the agent's own exporters take ready NeutralSpans."""
+
+    takes_neutral_spans = True
 
     def __init__(self, result=SpanExportResult.SUCCESS, block=False) -> None:
         self.batches: list[list] = []
@@ -142,3 +145,28 @@ def test_put_after_shutdown_is_dropped():
     queue.shutdown(WAIT)
     queue.put([1])
     assert stats.total("spans.dropped") == 1
+
+
+class SdkRecorder(Recorder):
+    """An exporter of the SDK's kind: it takes ReadableSpans only."""
+
+    takes_neutral_spans = False
+
+
+def test_an_sdk_exporter_gets_readable_spans_and_a_bad_span_costs_only_itself(caplog):
+    from opentelemetry.sdk.trace import ReadableSpan  # noqa: PLC0415
+
+    from tests.unit.otlp_samples import sample_spans  # noqa: PLC0415
+    stats, exporter = Stats(), SdkRecorder()
+    queue = ExportQueue(exporter, "otlphttp", stats, schedule_delay_s=60)
+    spans = sample_spans()
+    spans[1].trace_id = None  # unconvertible
+    with caplog.at_level(logging.ERROR):
+        queue.put(spans)
+        queue.shutdown(WAIT)
+    (batch,) = exporter.batches
+    assert all(type(s) is ReadableSpan for s in batch)
+    assert [s.name for s in batch] == [s.name for s in spans if s is not spans[1]]
+    assert batch[0].get_span_context().span_id == int.from_bytes(spans[0].span_id, "big")
+    assert series(stats, "spans.dropped") == {(("reason", "unconvertible"),): 1}
+    assert "cannot convert span" in caplog.text

@@ -4,7 +4,6 @@ every span (the agent's emit path, with its real exporters, no kernel)."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
@@ -17,18 +16,19 @@ from otel_ebpf.correlate.sampling import HeadSampler, th_value, threshold
 from tests.integration.conftest import read_histograms, read_spans
 
 
-@pytest.mark.parametrize(("ratio", "t", "th", "tracestate"), [
-    (1.0, 0, "0", ""),  # nothing sampled out: nothing written
-    (0.5, 0x80000000000000, "8", "ot=th:8"),
-    (0.25, 0xC0000000000000, "c", "ot=th:c"),
-    (0.1, 0xE6666666666666, "e6666666666666", "ot=th:e6666666666666"),
-    (2**-56, 0xFFFFFFFFFFFFFF, "ffffffffffffff", "ot=th:ffffffffffffff"),
-    (0.0, 1 << 56, None, ""),
+@pytest.mark.parametrize(("ratio", "t", "th"), [
+    (1.0, 0, "0"),
+    (0.5, 0x80000000000000, "8"),
+    (0.25, 0xC0000000000000, "c"),
+    (0.1, 0xE6666666666666, "e6666666666666"),
+    (2**-56, 0xFFFFFFFFFFFFFF, "ffffffffffffff"),
+    (0.0, 1 << 56, None),
 ])
-def test_thresholds(ratio, t, th, tracestate):
+def test_thresholds(ratio, t, th):
     assert threshold(ratio) == t
     assert th_value(t) == th
-    assert HeadSampler(ratio).tracestate == tracestate
+    assert (f"th:{th}" in HeadSampler(ratio).describe()) if th else \
+        "no trace" in HeadSampler(ratio).describe()
 
 
 def test_decision_reads_the_last_56_bits_only():
@@ -88,9 +88,5 @@ def test_span_metrics_count_spans_sampled_out(tmp_path):
     assert 0 < len(exported) < len(spans)
     assert sorted(s.span_id for s in exported) == sorted(s.span_id.hex() for s in expected)
     assert agent.stats.total("spans.sampled_out") == len(spans) - len(exported)
-    docs = [json.loads(line) for line in traces.read_text().splitlines()]
-    states = {s.get("traceState") for d in docs for rs in d["resourceSpans"]
-              for ss in rs["scopeSpans"] for s in ss["spans"]}
-    assert states == {"ot=th:c"}
     (point,) = read_histograms(metrics)["gen_ai.client.operation.duration"]
     assert point.count == len(spans)  # every span, kept or not

@@ -7,7 +7,7 @@ from otel_ebpf.protocols.base import ConnInfo, NeutralSpan, Role, SpanEvent, Spa
 from otel_ebpf import __version__
 from otel_ebpf.correlate import assign_ids
 from otel_ebpf.spans.clock import KernelClock
-from otel_ebpf.spans.convert import resource_for, to_readable
+from otel_ebpf.spans.convert import ready, resource_for, to_readable
 
 CONN = ConnInfo(pid=4321, fd=7, generation=1, role=Role.SERVER, transport="stream", family="ipv4", comm="uvicorn")
 
@@ -58,7 +58,7 @@ def test_to_readable_fields():
     )
     clock = FixedClock()
     resource = resource_for({"service.name": "uvicorn", "process.pid": 4321})
-    out = to_readable(span, resource, clock)
+    out = to_readable(ready(span, resource, clock))
     assert out.name == "GET /items"
     assert out.kind is trace_api.SpanKind.SERVER
     assert out.context.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
@@ -81,7 +81,7 @@ def test_to_readable_fields():
 def test_kinds_map_by_meaning():
     assign = [make_span(kind=k) for k in SpanKind]
     assign_ids(assign)
-    kinds = [to_readable(s, resource_for({}), FixedClock()).kind.name for s in assign]
+    kinds = [to_readable(ready(s, resource_for({}), FixedClock())).kind.name for s in assign]
     assert kinds == [k.name for k in SpanKind]
 
 
@@ -89,14 +89,14 @@ def test_no_parent_and_client_parent_is_local():
     root, child = make_span(kind=SpanKind.CLIENT), make_span(kind=SpanKind.CLIENT)
     assign_ids([root, child])
     child.parent_span_id = root.span_id
-    assert to_readable(root, resource_for({}), FixedClock()).parent is None
-    assert not to_readable(child, resource_for({}), FixedClock()).parent.is_remote
+    assert to_readable(ready(root, resource_for({}), FixedClock())).parent is None
+    assert not to_readable(ready(child, resource_for({}), FixedClock())).parent.is_remote
 
 
 def test_status_message_only_on_error():
     span = make_span(status=StatusCode.OK, status_message="fine")
     assign_ids([span])
-    out = to_readable(span, resource_for({}), FixedClock())
+    out = to_readable(ready(span, resource_for({}), FixedClock()))
     assert out.status.status_code is ApiStatusCode.OK and out.status.description is None
 
 
