@@ -69,14 +69,23 @@ def _uvicorn(app: str, port: int, work: Path, env: dict):
                      "--no-access-log"], work / f"{app.rsplit(':', 1)[1]}.log", env)
 
 
-def _phoenix_spans(base: str) -> int:
+def _phoenix_spans(base: str) -> list[dict]:
     """Spans Phoenix holds in its default project (its REST API)."""
     try:
         with urllib.request.urlopen(f"{base}/v1/projects/default/spans?limit=1000",
                                     timeout=5) as resp:
-            return len(json.load(resp).get("data", []))
+            return json.load(resp).get("data", [])
     except OSError:
-        return 0
+        return []
+
+
+def _whole_traces(spans: list[dict]) -> set[str]:
+    """Traces holding a question's whole path: the gateway's GET, the vector query, the
+    streaming chat call."""
+    names: dict[str, set[str]] = {}
+    for s in spans:
+        names.setdefault(s["context"]["trace_id"], set()).add(s["name"])
+    return {t for t, n in names.items() if {"GET", "query docs", "chat demo-7b"} <= n}
 
 
 def main() -> int:
@@ -135,13 +144,17 @@ def main() -> int:
             with urllib.request.urlopen(url, timeout=120) as resp:
                 print(f"  {question} -> {json.load(resp)['answer'][:60]}...", flush=True)
         deadline = time.monotonic() + 60
-        while _phoenix_spans(phoenix) < 4 * len(QUESTIONS) and time.monotonic() < deadline:
+        while len(whole := _whole_traces(_phoenix_spans(phoenix))) < len(QUESTIONS) \
+                and time.monotonic() < deadline:
             time.sleep(1)
-        print(f"\nPhoenix has {_phoenix_spans(phoenix)} spans: open {phoenix} "
-              "(project 'default'): gateway -> rag -> Chroma and the streaming LLM call, "
-              "one trace per question", flush=True)
+        spans = _phoenix_spans(phoenix)
+        print(f"\nPhoenix has {len(spans)} spans; {len(whole)} of the {len(QUESTIONS)} "
+              "questions are one trace each from the gateway to the LLM call. Open "
+              f"{phoenix} (project 'default')", flush=True)
+        for name in sorted({s["name"] for s in spans}):
+            print(f"  span: {name}")
         if args.once:
-            return 0 if _phoenix_spans(phoenix) >= 4 * len(QUESTIONS) else 1
+            return 0 if len(whole) == len(QUESTIONS) else 1
         print("Ctrl-C stops everything", flush=True)
         try:
             while agent.poll() is None:
