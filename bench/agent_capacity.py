@@ -3,9 +3,10 @@ idle connections tracked.
 
 Run as root from the repository root (after `make -C bpf`; needs a C compiler, cc/clang):
 
-    sudo .venv/bin/python bench/agent_capacity.py [--part http|sse|idle|all] [--seconds 10]
+    sudo .venv/bin/python bench/agent_capacity.py [--part http|sse|grpc|idle|all] [--seconds 10]
         [--rates 1000,2000,5000,10000,15000,20000] [--refine 2] [--conns 64]
-        [--sse-rates 25,50,100,200,400,600] [--sse-conns 128] [--idle-conns 10000]
+        [--sse-rates 25,50,100,200,400,600] [--sse-conns 128]
+        [--grpc-rates 250,500,1000,2000] [--grpc-conns 16] [--idle-conns 10000]
         [--idle-rate 1000] [--idle-rounds 2] [--drain 5] [--profile] [--compare N]
         [--out docs/performance.md]
 
@@ -44,6 +45,10 @@ Parts:
         token at 0 ms, 32 tokens 1 ms apart, at fixed offered streams/s from
         bench/capacity/sse_client.py (asyncio, raw sockets, --sse-conns keep-alive
         connections); chunks = SSE events received (role, 32 content, finish, [DONE]).
+  grpc  gRPC unary calls (grpcio, tests/integration/peers/grpc_peer.py's server, a call
+        answered "hello world") at fixed offered calls/s from bench/capacity/grpc_load.py
+        (--grpc-conns channels, one call in flight on each; --grpc-rates); a call is seen
+        at both ends: 2 spans.
   idle  --idle-conns keep-alive connections to the httpload server, opened at --idle-rate
         per second (1000), one request and answer each, then held idle: the agent's VmRSS
         before, with them open (and tracked: both ends, so 2 per connection), and after
@@ -531,6 +536,34 @@ def sse_step(rate: float, args, profile: bool = False) -> Step:
     return step
 
 
+def grpc_step(rate: float, args, profile: bool = False) -> Step:
+    step = Step("grpc", rate)
+    with tempfile.TemporaryDirectory(prefix="capacity-grpc-") as tmp:
+        workdir = Path(tmp)
+        port = free_port()
+        log = (workdir / "grpc-server.log").open("w")
+        server = subprocess.Popen(
+            [sys.executable, "-m", "tests.integration.peers.grpc_peer", "server", str(port)],
+            cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        agent = None
+        try:
+            wait_port(port, server)
+            agent = Agent(workdir, [port], args.agent_cpu)
+            time.sleep(SETTLE_S)
+            load_cmd = [sys.executable, str(CAPACITY / "grpc_load.py"), str(port), str(rate),
+                        str(args.seconds), "--conns", str(args.grpc_conns)]
+            load = measured_step(step, agent, server.pid, load_cmd, args.seconds + 60, args,
+                                 workdir / "profile.txt" if profile else None)
+        finally:
+            if agent is not None:
+                agent.stop()
+            stop(server)
+            log.close()
+        step.achieved = load["rate"]
+        step.p99_ms = load["p99_ms"]
+    return step
+
+
 def run_steps(name: str, rates: list[float], one, args) -> list[Step]:
     """Every rate in turn, then --refine bisection steps between the highest rate kept up
     with and the lowest one above it that was not."""
@@ -786,7 +819,7 @@ def rates_arg(text: str) -> list[float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=("http", "sse", "idle", "all"), default="all")
+    ap.add_argument("--part", choices=("http", "sse", "grpc", "idle", "all"), default="all")
     ap.add_argument("--seconds", type=float, default=10.0, help="load per step")
     ap.add_argument("--rates", type=rates_arg,
                     default=rates_arg("1000,2000,5000,10000,15000,20000"),
@@ -795,6 +828,9 @@ def main() -> int:
     ap.add_argument("--sse-rates", type=rates_arg, default=rates_arg("25,50,100,200,400,600"),
                     help="streams/s offered, one step each")
     ap.add_argument("--sse-conns", type=int, default=128, help="SSE keep-alive connections")
+    ap.add_argument("--grpc-rates", type=rates_arg, default=rates_arg("250,500,1000,2000"),
+                    help="gRPC unary calls/s offered, one step each")
+    ap.add_argument("--grpc-conns", type=int, default=16, help="gRPC channels")
     ap.add_argument("--refine", type=int, default=2, help="bisection steps after the rates")
     ap.add_argument("--idle-conns", type=int, default=10_000)
     ap.add_argument("--idle-rounds", type=int, default=2,
@@ -814,17 +850,19 @@ def main() -> int:
     if os.geteuid() != 0:
         ap.error("run as root: the agent loads BPF programs")
     if not (0 < args.seconds <= 120 and 1 <= args.conns <= 4096 and 1 <= args.sse_conns <= 4096
+            and 1 <= args.grpc_conns <= 256
             and 1 <= args.idle_conns <= 60_000 and 0 <= args.refine <= 5
             and 10 <= args.idle_rate <= 100_000 and 1 <= args.idle_rounds <= 5
             and 0 < args.drain <= 60):
-        ap.error("--seconds 0..120, --conns/--sse-conns 1..4096, --idle-conns 1..60000, "
+        ap.error("--seconds 0..120, --conns/--sse-conns 1..4096, --grpc-conns 1..256, "
+                 "--idle-conns 1..60000, "
                  "--refine 0..5, --drain 0..60")
     if args.agent_cpu == args.peer_cpu or max(args.agent_cpu, args.peer_cpu) >= os.cpu_count():
         ap.error(f"--agent-cpu and --peer-cpu: two different CPUs of {os.cpu_count()}")
     if args.profile and not (VENV_BIN / "py-spy").exists():
         ap.error("--profile needs py-spy in the venv: .venv/bin/pip install py-spy")
     os.sched_setaffinity(0, {args.peer_cpu})  # this script and every peer it starts
-    parts = ("http", "sse", "idle") if args.part == "all" else (args.part,)
+    parts = ("http", "sse", "grpc", "idle") if args.part == "all" else (args.part,)
     command = shlex.join(["sudo", ".venv/bin/python", "bench/agent_capacity.py", *sys.argv[1:]])
     lines = [f"`{command}`", ""]
     today = datetime.date.today().isoformat()
@@ -854,6 +892,15 @@ def main() -> int:
                 f"completions, {SSE_TOKENS} tokens {SSE_INTERVAL_MS:g} ms apart, first at 0 ms, "
                 f"{SSE_EVENTS_PER_STREAM} SSE events per stream, up to {args.sse_conns} "
                 "concurrent streams, open loop)", steps, args, sse=True)
+            lines.append("")
+        if "grpc" in parts:
+            steps = run_steps("grpc", args.grpc_rates, lambda r: grpc_step(r, args), args)
+            if args.profile:
+                profile_at_saturation("grpc", steps, lambda r: grpc_step(r, args, True), args)
+            lines += steps_table(
+                f"### gRPC unary calls: capacity of the agent on one core ({today}, grpcio "
+                f"client and server, {args.grpc_conns} channels, one call in flight on each, "
+                "open loop)", steps, args, sse=False)
             lines.append("")
         if "idle" in parts:
             print(f"idle: {args.idle_conns} connections...", file=sys.stderr)
