@@ -7,6 +7,7 @@ compared with the committed manifest."""
 from __future__ import annotations
 
 import configparser
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -108,6 +109,24 @@ def test_chart_renders_the_committed_manifest():
                           "otel-ebpf"], capture_output=True, text=True, timeout=60,
                          check=True).stdout
     assert _docs(out) == _docs(MANIFEST.read_text())
+
+
+@pytest.mark.parametrize("template", sorted(p.name for p in (CHART / "templates").glob("*.yaml")))
+def test_manifest_keeps_every_literal_line_of_the_templates(template):
+    """Without helm, a template edited and not rendered again is caught here: each line of
+    a template outside its conditional blocks and with no template action in it is in the
+    manifest, in the same order, in the documents rendered from that template."""
+    rendered = MANIFEST.read_text().split("\n---\n")
+    mine = [doc for doc in rendered if doc.startswith(f"# Source: otel-ebpf/templates/{template}")]
+    assert mine, template
+    lines = iter(line.rstrip() for doc in mine for line in doc.splitlines())
+    depth = 0  # inside if/with/range blocks, whose lines depend on the values
+    for line in (CHART / "templates" / template).read_text().splitlines():
+        depth += len(re.findall(r"\{\{-?\s*(?:if|with|range)\b", line))
+        depth -= len(re.findall(r"\{\{-?\s*end\b", line))
+        if depth or "{{" in line or not line.strip() or line.strip() == "---":
+            continue
+        assert any(got == line.rstrip() for got in lines), (template, line)
 
 
 def test_gateway_pipelines_use_defined_components():
