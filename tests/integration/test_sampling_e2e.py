@@ -36,6 +36,7 @@ def _client(port: int, paths: list[str]) -> None:
     assert statuses == [200] * len(paths)
 
 
+@pytest.mark.timeout(900)  # 2,000 requests through two traced hops: minutes on a busy machine
 def test_two_hops_sampled_alike(start_agent, relay, tmp_path):
     relay_port, app_port = relay
     agent = start_agent([relay_port, app_port],
