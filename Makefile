@@ -19,13 +19,16 @@ CHROMADB := chromadb==1.5.9
 # an index: 2.13.0 is there as 2.13.0+cpu (==2.13.0 matches it); the 2.14.1 beside it is the CUDA
 # build, whose nvidia-* dependencies are not there to install offline
 TORCH := torch==2.13.0
+# `make demo`: Arize Phoenix, in a venv of its own (its dependencies are many, and pinned)
+DEMO_VENV := .venv-demo
+PHOENIX := arize-phoenix==20.26.1
 TORCH_WHEELS := --find-links /opt/wheels --find-links /opt/pypi/files --find-links /opt/pypi-more/files
 PY := $(VENV)/bin/python
 APT_PACKAGES := clang llvm binutils libbpf-dev libbpf1 bpftool libelf-dev libelf1 libssl-dev make curl libcap2-bin util-linux python3-venv wrk libibverbs-dev
 CONFIG ?= config/default.yaml
 PYTEST_ARGS ?=
 
-.PHONY: run test install deps venv bpf check clean
+.PHONY: run test install deps venv bpf check clean demo
 
 run: install
 	$(VENV)/bin/otel-ebpf run -c $(CONFIG)
@@ -72,9 +75,19 @@ $(CHROMA_VENV)/.installed:
 	$(CHROMA_VENV)/bin/python -m pip install -q '$(CHROMADB)'
 	touch $@
 
+# Phoenix + gateway -> RAG -> Chroma -> streaming LLM server, traced by the agent (root)
+demo: install $(CHROMA_VENV)/.installed $(DEMO_VENV)/.installed
+	$(PY) demo/run.py
+
+$(DEMO_VENV)/.installed:
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install -q --upgrade pip
+	$(DEMO_VENV)/bin/python -m pip install -q '$(PHOENIX)'
+	touch $@
+
 bpf:
 	$(MAKE) -C bpf
 
 clean:
 	$(MAKE) -C bpf clean
-	rm -rf $(VENV) $(CHROMA_VENV) *.egg-info
+	rm -rf $(VENV) $(CHROMA_VENV) $(DEMO_VENV) *.egg-info

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import sys
@@ -12,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from otel_ebpf.config import SIGNALS, Config
 from otel_ebpf.conntrack.table import ConnTable
-from otel_ebpf.correlate import Correlator
+from otel_ebpf.correlate import Correlator, assign_ids
+from otel_ebpf.correlate.sampling import HeadSampler
 from otel_ebpf.export.factory import (
     DisabledExporter,
     build_metric_exporters,
@@ -27,6 +29,7 @@ from otel_ebpf.kernel.socket_tracer import CaptureSettings, SocketTracer
 from otel_ebpf.profiling.links import ActiveSpans, ServerThreads
 from otel_ebpf.protocols.registry import Registry
 from otel_ebpf.spans.clock import KernelClock
+from otel_ebpf.spans.pods import PodMetadata, PodMetadataSettings, pod_resource
 from otel_ebpf.spans.redact import QueryRedactor
 from otel_ebpf.spans.resources import ProcessResources
 from otel_ebpf.telemetry import Stats
@@ -61,6 +64,16 @@ def capture_settings(cfg: Config, wide_prefixes: tuple[str, ...] = ()) -> Captur
     )
 
 
+def pod_metadata(r, stats: Stats) -> PodMetadata | None:
+    """The pod list poller receivers.ebpf.kubernetes.metadata asks for, or None."""
+    if r.pod_metadata_source == "none":
+        return None
+    return PodMetadata(PodMetadataSettings(
+        r.pod_metadata_source, r.pod_metadata_endpoint, r.k8s_node_name,
+        r.pod_metadata_interval_s, token_file=r.pod_metadata_token_file,
+        ca_file=r.pod_metadata_ca_file, insecure_skip_verify=r.pod_metadata_insecure), stats)
+
+
 def _log_disabled(*exporter_sets: dict) -> None:
     reasons = {name: e.reason for exporters in exporter_sets for name, e in exporters.items()
                if isinstance(e, DisabledExporter)}
@@ -76,7 +89,12 @@ class Agent:
         self.stats = Stats()
         self.clock = KernelClock()
         r = cfg.receiver
-        self.resources = ProcessResources(command_args=r.command_args)
+        self.pods = pod_metadata(r, self.stats)
+        enrich = None
+        if self.pods is not None or r.k8s_node_name:
+            enrich = functools.partial(pod_resource, pods=self.pods, node_name=r.k8s_node_name)
+        self.resources = ProcessResources(command_args=r.command_args, enrich=enrich)
+        self.sampler = HeadSampler(r.sampling_ratio)
         self._stop = threading.Event()
         # the options load_config built each plugin with (correlation headers included)
         self.registry = Registry.from_config(r.protocols_enabled, r.plugin_options())
@@ -131,6 +149,13 @@ class Agent:
         signal.signal(signal.SIGTERM, handler)
 
     def start(self) -> None:
+        if self.sampler.threshold:
+            log.info("%s", self.sampler.describe())
+        if self.pods is not None:
+            self.pods.start()
+            log.info("pod metadata from the %s at %s, every %gs",
+                     self.pods.settings.source.replace("_", " "), self.pods.settings.url(),
+                     self.pods.settings.interval_s)
         self.tracer = SocketTracer(capture_settings(self.cfg, self.registry.wide_prefixes()),
                                    self.libbpf_log)
         if self.cfg.receiver.correlation_asyncio_tasks:
@@ -250,10 +275,16 @@ class Agent:
         if timed_out:
             self.stats.add("records.timed_out", timed_out)
         self.redact_query.apply(spans)  # before any exporter (or span metric) sees a URL
-        self.traces.submit(spans)
+        kept = spans
+        if self.sampler.threshold:
+            assign_ids(spans)  # a root decided on the trace ID it is exported with
+            kept = self.sampler.keep(spans)
+            if len(kept) != len(spans):
+                self.stats.add("spans.sampled_out", len(spans) - len(kept))
+        self.traces.submit(kept)
         if self.server_threads is not None:
             self.server_threads.emitted(spans)
-        self.span_metrics.record(spans)
+        self.span_metrics.record(spans)  # every span, sampled out or not
 
     def _update_kernel_counters(self) -> None:
         assert self.tracer is not None
@@ -298,6 +329,8 @@ class Agent:
             self._update_kernel_counters()
             self.tracer.close()
             self.tracer = None
+        if self.pods is not None:
+            self.pods.stop()
         self.traces.shutdown()
         self.span_metrics.shutdown()
         self.metrics.shutdown()

@@ -7,6 +7,7 @@ an `OTEL_EBPF_<PATH>` variable may override; `load_config` is the front door.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import logging
 import os
@@ -215,6 +216,24 @@ class _Duration(_Node):
         if not self.lo <= seconds <= self.hi:
             ctx.fail(path, self.expected, _show(value))
         return seconds
+
+
+class _Ratio(_Node):
+    expected = "a number from 0 to 1"
+
+    def __init__(self, default: Any = _REQUIRED):
+        self.default = default
+
+    def check(self, value, path, ctx):
+        if isinstance(value, _EnvStr):
+            try:
+                value = float(value)
+            except ValueError:
+                ctx.fail(path, self.expected, _show(value))
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not 0.0 <= value <= 1.0:  # NaN fails both
+            ctx.fail(path, self.expected, _show(value))
+        return float(value)
 
 
 _TRUE = {"true", "yes", "on", "1"}
@@ -536,6 +555,24 @@ _RECEIVER = _Map(
             # the full command line (redacted): off, it is where secrets are passed
             "process.command_args": _Map({"enabled": _Bool(False)}),
         }),
+        # head sampling by trace ID: every agent keeps the same traces (docs/deploy.md)
+        "sampling": _Map({"ratio": _Ratio(1.0)}),
+        # pods' names from the kubelet or the API server (container.id and k8s.pod.uid come
+        # from each process's cgroup without them)
+        "kubernetes": _Map({
+            "node_name": _Str("", expected="a node name", takes_empty=True),
+            "metadata": _Map({
+                "source": _Choice(("none", "kubelet", "api_server"), "none"),
+                "endpoint": _Str("", expected="a URL https://host:port, or ''",
+                                 valid=lambda t: _http_url(t), takes_empty=True),
+                "interval": _Duration("1s", "1h", "30s"),
+                "token_file": _Str("/var/run/secrets/kubernetes.io/serviceaccount/token",
+                                   expected="a file path, or ''", takes_empty=True),
+                "ca_file": _Str("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
+                                expected="a file path, or ''", takes_empty=True),
+                "insecure_skip_verify": _Bool(False),
+            }),
+        }, after=lambda tree, path, ctx: _check_kubernetes(tree, path, ctx)),
         "redaction": _Map({
             # query parameters whose values become REDACTED in url.query/url.full ("*": all)
             "query_params": _List(_Str(expected="a query parameter name or *"),
@@ -575,6 +612,30 @@ _RECEIVER = _Map(
         ),
     }
 )
+
+
+def _check_kubernetes(tree: dict, path: tuple, ctx: _Ctx) -> None:
+    meta = tree["metadata"]
+    if meta["source"] == "api_server" and not tree["node_name"]:
+        ctx.fail(path + ("node_name",), "this node's name with metadata.source api_server "
+                 "(else every pod of the cluster is listed; the chart sets it from "
+                 "spec.nodeName)", "''")
+    if meta["source"] == "kubelet" and not meta["endpoint"]:
+        ctx.fail(path + ("metadata", "endpoint"), "the kubelet's URL with source kubelet, "
+                 "like https://<node IP>:10250 (the chart sets it from status.hostIP)", "''")
+
+
+def _api_server(r: EbpfReceiver, environ: Mapping[str, str], ctx: _Ctx) -> EbpfReceiver:
+    """source api_server without an endpoint: the in-cluster address every pod is given."""
+    if r.pod_metadata_source != "api_server" or r.pod_metadata_endpoint:
+        return r
+    host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT")
+    if not host:
+        ctx.fail(("receivers", "ebpf", "kubernetes", "metadata", "endpoint"),
+                 "the API server's URL (KUBERNETES_SERVICE_HOST is not set: not in a pod)",
+                 "''")
+    host = f"[{host}]" if ":" in host else host
+    return dataclasses.replace(r, pod_metadata_endpoint=f"https://{host}:{port or 443}")
 
 
 def _check_batch(batch: dict, path: tuple, ctx: _Ctx) -> None:
@@ -1087,6 +1148,7 @@ def _load(raw: Any, environ: Mapping[str, str]) -> Config:
     _apply_env(raw, environ, ctx)
     cfg = _build(_SCHEMA.check(raw, (), ctx))
     _check_plugins(cfg.receiver, ctx)
+    cfg = dataclasses.replace(cfg, receiver=_api_server(cfg.receiver, environ, ctx))
     return cfg
 
 
@@ -1201,6 +1263,14 @@ class EbpfReceiver:
     gpu_libraries: tuple[str, ...] = tuple(_D["gpu"]["libraries"])
     redact_query_params: tuple[str, ...] = tuple(_D["redaction"]["query_params"])
     command_args: bool = _D["resource_attributes"]["process.command_args"]["enabled"]
+    sampling_ratio: float = _D["sampling"]["ratio"]
+    k8s_node_name: str = _D["kubernetes"]["node_name"]
+    pod_metadata_source: str = _D["kubernetes"]["metadata"]["source"]  # none|kubelet|api_server
+    pod_metadata_endpoint: str = _D["kubernetes"]["metadata"]["endpoint"]
+    pod_metadata_interval_s: float = _D["kubernetes"]["metadata"]["interval"]
+    pod_metadata_token_file: str = _D["kubernetes"]["metadata"]["token_file"]
+    pod_metadata_ca_file: str = _D["kubernetes"]["metadata"]["ca_file"]
+    pod_metadata_insecure: bool = _D["kubernetes"]["metadata"]["insecure_skip_verify"]
     protocols_enabled: tuple[str, ...] = tuple(_D["protocols"]["enabled"])
     # parser name -> its options; http1's and http2's with response_timeout_s (seconds)
     protocol_options: dict[str, dict] = field(
@@ -1303,6 +1373,14 @@ def _build(tree: dict) -> Config:
             gpu_libraries=tuple(e["gpu"]["libraries"]),
             redact_query_params=tuple(e["redaction"]["query_params"]),
             command_args=e["resource_attributes"]["process.command_args"]["enabled"],
+            sampling_ratio=e["sampling"]["ratio"],
+            k8s_node_name=e["kubernetes"]["node_name"],
+            pod_metadata_source=e["kubernetes"]["metadata"]["source"],
+            pod_metadata_endpoint=e["kubernetes"]["metadata"]["endpoint"],
+            pod_metadata_interval_s=e["kubernetes"]["metadata"]["interval"],
+            pod_metadata_token_file=e["kubernetes"]["metadata"]["token_file"],
+            pod_metadata_ca_file=e["kubernetes"]["metadata"]["ca_file"],
+            pod_metadata_insecure=e["kubernetes"]["metadata"]["insecure_skip_verify"],
             protocols_enabled=tuple(e["protocols"]["enabled"]),
             protocol_options=_protocol_options(e["protocols"]),
         ),

@@ -34,6 +34,10 @@ COUNTERS: dict[str, tuple[str, str]] = {
     "spans.exported": ("{span}", "Spans an exporter delivered"),
     "spans.failed": ("{span}", "Spans an exporter gave up on after retries"),
     "spans.dropped": ("{span}", "Spans dropped because an export queue was full"),
+    "spans.sampled_out": ("{span}", "Spans not exported: their trace fell outside "
+                          "sampling.ratio (counted in span metrics all the same)"),
+    "kubernetes.pods": ("{pod}", "Pods in the last pod list read (kubernetes.metadata)"),
+    "kubernetes.errors": ("{error}", "Pod lists that could not be read, by reason"),
     "profiles.samples": ("{sample}", "CPU samples received from the kernel"),
     "profiles.samples_dropped": ("{sample}", "CPU samples dropped: too many waiting for export"),
     "profiles.python_walk_failed": ("{sample}", "Samples of Python processes without Python "

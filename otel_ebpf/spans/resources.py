@@ -1,4 +1,5 @@
-"""Resource attributes of a traced process (service.name, process.*, container.id), from /proc.
+"""Resource attributes of a traced process (service.name, process.*, container.id,
+k8s.pod.uid), from /proc; pod names and owners from the pod list when one is given.
 
 Everything is read from the outside: the process's own environment (as it was at exec:
 /proc/PID/environ never shows later setenv calls), command line, executable and cgroup.
@@ -10,22 +11,21 @@ and then redacted.
 from __future__ import annotations
 
 import os
-import re
 import socket
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from urllib.parse import unquote
 
 from otel_ebpf import __version__
 from otel_ebpf.protocols.base import AttributeValue
+from otel_ebpf.spans.cgroups import cgroup_ids, container_id
 from otel_ebpf.spans.cmdline import PY_OPTS_WITH_VALUE, PYTHON, redact_args
 
+__all__ = ["ProcessResources", "container_id", "parse_resource_attributes",
+           "python_service_name"]
+
 Attributes = dict[str, AttributeValue]
-
-# a container runtime names the container's cgroup after its 64-hex ID: /docker/<id>,
-# docker-<id>.scope, cri-containerd-<id>.scope, crio-<id>.scope, libpod-<id>.scope...
-_CONTAINER_ID = re.compile(r"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
-
 
 def python_service_name(args: list[str]) -> str | None:
     """`-m module` or the script's basename (without .py) of a Python command line.
@@ -67,20 +67,6 @@ def parse_resource_attributes(value: str) -> dict[str, str]:
     return out
 
 
-def container_id(cgroup: str) -> str | None:
-    """The container ID in /proc/PID/cgroup text (cgroup v1 or v2), or None.
-
-    Read from the host's cgroup namespace, a container's paths are whole
-    (/system.slice/docker-<id>.scope) even when the container has a private namespace.
-    """
-    for line in cgroup.splitlines():
-        path = line.split(":", 2)[-1]
-        found = _CONTAINER_ID.findall(path)
-        if found:
-            return found[-1]  # the innermost: the container, not a pod or parent slice
-    return None
-
-
 class ProcessResources:
     """Resource attributes per process, cached by (pid, start time) so pid reuse never mixes.
 
@@ -89,8 +75,12 @@ class ProcessResources:
     """
 
     def __init__(self, proc_root: str = "/proc", max_entries: int = 4096,
-                 command_args: bool = False) -> None:
+                 command_args: bool = False,
+                 enrich: Callable[[Attributes], Attributes] | None = None) -> None:
         self._root = proc_root
+        # adds what the pod list knows (spans/pods.py) at every look-up, so a process seen
+        # before its pod was listed gets its names once they are known
+        self._enrich = enrich
         self._command_args = command_args
         self._max = max_entries
         self._lock = threading.Lock()
@@ -104,6 +94,10 @@ class ProcessResources:
     def get(self, pid: int, comm: str = "") -> Attributes:
         """The process's resource attributes. Never raises; a vanished process gets its
         cached attributes, or a minimal set (pid, comm as service.name, host.name)."""
+        attrs = self._get(pid, comm)
+        return attrs if self._enrich is None else self._enrich(attrs)
+
+    def _get(self, pid: int, comm: str) -> Attributes:
         try:
             start = self._start_time(pid)
         except (OSError, ValueError, IndexError):
@@ -179,8 +173,11 @@ class ProcessResources:
             attrs["process.executable.name"] = os.path.basename(exe)
         if args and self._command_args:
             attrs["process.command_args"] = redact_args(args)
-        if cid := container_id(self._read_bytes(pid, "cgroup").decode(errors="replace")):
+        cid, pod_uid = cgroup_ids(self._read_bytes(pid, "cgroup").decode(errors="replace"))
+        if cid:
             attrs["container.id"] = cid
+        if pod_uid:
+            attrs["k8s.pod.uid"] = pod_uid
         attrs["service.name"] = self._derived_service_name(args, exe) or attrs["service.name"]
         # the process's own OTel settings win over what we derive, as they would in its SDK
         attrs.update(parse_resource_attributes(environ.get("OTEL_RESOURCE_ATTRIBUTES", "")))

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.processes import stop_process
 from tests.support.ports import free_port
+from tests.support.processes import stop_process
 from tests.support.wallclock import start_watch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -279,6 +279,23 @@ def uvicorn_server(tmp_path: Path) -> Iterator[int]:
         yield port
     finally:
         stop_process(proc)
+
+
+@pytest.fixture
+def relay(tmp_path: Path, uvicorn_server: int) -> Iterator[tuple[int, int]]:
+    """A thread-per-request relay in front of the uvicorn app: (relay port, app port)."""
+    port = free_port()
+    log = tmp_path / "relay.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.peers.relay", str(port),
+         f"http://127.0.0.1:{uvicorn_server}"],
+        cwd=REPO, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        wait_port(port, proc, log)
+        yield port, uvicorn_server
+    finally:
+        proc.kill()
+        proc.wait(5)
 
 
 def run_client(kind: str, port: int, paths: list[str], scheme: str = "http",

@@ -4,12 +4,11 @@ number, server -> outbound call on the reading thread, W3C traceparent, x-reques
 from __future__ import annotations
 
 import subprocess
-import sys
 import uuid
 
 import pytest
 
-from .conftest import REPO, Span, free_port, run_client, wait_port
+from .conftest import Span, run_client
 
 pytestmark = pytest.mark.kernel
 
@@ -20,23 +19,6 @@ def one(spans: list[Span], kind: int, path: str) -> Span:
     found = [s for s in spans if s.kind == kind and s.attrs.get("url.path") == path]
     assert len(found) == 1, (kind, path, found)
     return found[0]
-
-
-@pytest.fixture
-def relay(tmp_path, uvicorn_server):
-    """A thread-per-request relay in front of the uvicorn app."""
-    port = free_port()
-    log = tmp_path / "relay.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.integration.peers.relay", str(port),
-         f"http://127.0.0.1:{uvicorn_server}"],
-        cwd=REPO, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    try:
-        wait_port(port, proc, log)
-        yield port, uvicorn_server
-    finally:
-        proc.kill()
-        proc.wait(5)
 
 
 def test_chain_is_one_trace(start_agent, relay):
