@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from otel_ebpf.protocols.layers import first_wanting
 from otel_ebpf.protocols.llm import LLMLayer
-from otel_ebpf.protocols.llm.endpoints import Endpoints, Route
+from otel_ebpf.protocols.llm.endpoints import BUILTIN_CAPTURE, Endpoints, Route
 from otel_ebpf.protocols.vectordb import VectorDBLayer
 
 BUILTIN = {
@@ -103,7 +103,8 @@ def test_invalid_options_are_refused(options):
 
 def test_capture_prefixes_default():
     prefixes = LLMLayer().capture_prefixes()
-    assert set(prefixes) == set(BUILTIN)
+    # the built-in paths, and Gemini's (its paths name the model after "/models/")
+    assert set(prefixes) == set(BUILTIN) | {"/v1beta/models/"}
     # the kernel keys a path by its first 8 bytes: each built-in path must be that long
     assert all(len(p.encode()) >= 8 for p in prefixes)
     assert "/v1/chat/completions" in prefixes and "/api/chat" in prefixes
@@ -113,8 +114,9 @@ def test_capture_prefixes_add_configured_ones_bounded():
     extra = ["/openai/deployments", {"prefix": "/gw/openai", "api": "openai"}]
     extra += [f"/p{i}" for i in range(30)] + ["/" + "x" * 60]
     prefixes = LLMLayer({"extra_paths": extra}).capture_prefixes()
-    assert prefixes[: len(BUILTIN)] == tuple(BUILTIN)
-    assert prefixes[len(BUILTIN) : len(BUILTIN) + 2] == ("/openai/deployments", "/gw/openai")
+    assert prefixes[: len(BUILTIN_CAPTURE)] == BUILTIN_CAPTURE
+    assert prefixes[len(BUILTIN_CAPTURE) : len(BUILTIN_CAPTURE) + 2] == (
+        "/openai/deployments", "/gw/openai")
     assert len(prefixes) == 16
     assert all(len(p.encode()) <= 31 for p in prefixes)
 
