@@ -576,18 +576,32 @@ def openai_server(first_token_delay: float = 0.2, token_interval: float = 0.05,
     """Start the server with `python -m tests.support.openai_server` and wait (bounded)
     until /health answers; stop it on exit. `tls`: (certificate, key, CA that signed
     them): serve HTTPS."""
+    with server_process("tests.support.openai_server", Settings(first_token_delay,
+                        token_interval, tokens), port, log, env, start_timeout_s,
+                        tls) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def server_process(module: str, settings: Settings, port: int | None = None,
+                   log: Path | None = None, env: dict | None = None,
+                   start_timeout_s: float = 20.0, tls: tuple[Path, Path, Path] | None = None
+                   ) -> Iterator[RunningServer]:
+    """Run `python -m module --port N` with the timing options of `settings` (every local
+    LLM server here takes them) and wait, bounded, until its /health answers."""
     import urllib.request
 
     port = port or free_port()
+    name = module.rpartition(".")[2]
     if log is None:
-        fd, name = __import__("tempfile").mkstemp(prefix="openai-server-", suffix=".log")
+        fd, path = __import__("tempfile").mkstemp(prefix=f"{name}-", suffix=".log")
         os.close(fd)
-        log = Path(name)
+        log = Path(path)
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.openai_server", "--port", str(port),
-             "--first-token-delay", str(first_token_delay),
-             "--token-interval", str(token_interval), "--tokens", str(tokens),
+            [sys.executable, "-m", module, "--port", str(port),
+             "--first-token-delay", str(settings.first_token_delay),
+             "--token-interval", str(settings.token_interval), "--tokens", str(settings.tokens),
              *(["--ssl-certfile", str(tls[0]), "--ssl-keyfile", str(tls[1])] if tls else [])],
             cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
         )
@@ -595,7 +609,7 @@ def openai_server(first_token_delay: float = 0.2, token_interval: float = 0.05,
         deadline = time.monotonic() + start_timeout_s
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"openai_server exited with {proc.returncode}:\n"
+                raise RuntimeError(f"{name} exited with {proc.returncode}:\n"
                                    f"{log.read_text()[-2000:]}")
             try:
                 scheme = "https" if tls else "http"
@@ -605,7 +619,7 @@ def openai_server(first_token_delay: float = 0.2, token_interval: float = 0.05,
                     break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"openai_server not up on {port} after "
+                    raise TimeoutError(f"{name} not up on {port} after "
                                        f"{start_timeout_s}s") from None
                 time.sleep(0.05)
         yield RunningServer(port, proc, log, "https" if tls else "http")
@@ -613,10 +627,11 @@ def openai_server(first_token_delay: float = 0.2, token_interval: float = 0.05,
         stop_process(proc)
 
 
-def main(argv: list[str] | None = None) -> None:
+def serve(app_factory, argv: list[str] | None = None, description: str = "") -> None:
+    """The command line every local LLM server here shares: port, timing, TLS."""
     import uvicorn
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--first-token-delay", type=float, default=Settings.first_token_delay,
                         help="seconds from request to first content token")
@@ -631,10 +646,14 @@ def main(argv: list[str] | None = None) -> None:
     settings = Settings(min(max(args.first_token_delay, 0.0), MAX_DELAY_S),
                         min(max(args.token_interval, 0.0), MAX_DELAY_S),
                         min(max(args.tokens, 0), MAX_TOKENS))
-    uvicorn.run(create_app(settings), host="127.0.0.1", port=args.port,
+    uvicorn.run(app_factory(settings), host="127.0.0.1", port=args.port,
                 log_level="info" if args.access_log else "warning",
                 access_log=args.access_log, ssl_certfile=args.ssl_certfile,
                 ssl_keyfile=args.ssl_keyfile)
+
+
+def main(argv: list[str] | None = None) -> None:
+    serve(create_app, argv, __doc__.split("\n\n")[0])
 
 
 if __name__ == "__main__":
