@@ -188,6 +188,10 @@ def _anthropic_event(doc: dict[str, Any], info: ResponseInfo) -> bool:
     return handler(doc, info) if handler is not None else False
 
 
+def _foreign(doc: dict[str, Any], info: ResponseInfo) -> bool:
+    return False
+
+
 _HANDLERS: dict[tuple[str, bool], Handler] = {
     (OPENAI, False): _openai_chunk,
     (OPENAI, True): _responses_event,
@@ -200,7 +204,8 @@ _HANDLERS: dict[tuple[str, bool], Handler] = {
 def read_events(decoded: Decoded, route: Route, info: ResponseInfo) -> None:
     info.streamed = True
     info.dropped += decoded.dropped
-    handler = _HANDLERS[(route.dialect, route.responses_api)]
+    # Bedrock streams are AWS event streams (read_eventstream): SSE there is not its API
+    handler = _HANDLERS.get((route.dialect, route.responses_api), _foreign)
     for event in decoded.events:
         if event.data == b"[DONE]":  # OpenAI's end marker, not JSON
             continue
