@@ -123,6 +123,14 @@ def function_names(body: dict) -> list[str]:
     return names[:MAX_TOOL_CALLS]
 
 
+def part_texts(contents) -> list[str]:
+    """The texts of a Content or a list of them (the parts' "text" fields)."""
+    items = contents if isinstance(contents, list) else [contents]
+    return [part["text"] for item in items if isinstance(item, dict)
+            for part in item.get("parts") or [] if isinstance(part, dict)
+            and isinstance(part.get("text"), str)]
+
+
 def usage(prompt: int, plan: Plan, candidates: int) -> dict:
     out = {"promptTokenCount": prompt, "candidatesTokenCount": candidates,
            "totalTokenCount": prompt + candidates + plan.thoughts}
@@ -161,7 +169,8 @@ async def models(request: Request) -> Response:
         plan = plan_for(request, body)
     except ApiError as err:
         return error_response(err)
-    prompt = prompt_tokens(body.get("contents"), body.get("systemInstruction"))
+    prompt = prompt_tokens(part_texts(body.get("contents")),
+                           part_texts(body.get("systemInstruction")))
     calls = [{"functionCall": {"name": name, "args": {"n": i}}}
              for i, name in enumerate(function_names(body))]
     finish = "MAX_TOKENS" if plan.truncated else "STOP"
