@@ -59,6 +59,7 @@ def _openai_chunk(doc: dict[str, Any], info: ResponseInfo) -> bool:
         calls = sequence(delta.get("tool_calls"))
         if words or thought or calls or delta.get("refusal"):
             content = True
+        info.reasoning_streamed = info.reasoning_streamed or bool(thought)
         for position, call in enumerate(calls):  # the name comes in a call's first delta
             call = mapping(call)
             key = integer(call.get("index"))
@@ -120,6 +121,8 @@ def _responses_event(doc: dict[str, Any], info: ResponseInfo) -> bool:
     handler = _RESPONSES.get(kind)
     if handler is not None:
         return handler(doc, info)
+    if kind.startswith("response.reasoning"):  # reasoning text or its summary, streamed
+        info.reasoning_streamed = True
     return kind.endswith(".delta")
 
 
@@ -146,8 +149,10 @@ _ANTHROPIC_DELTA_FIELDS = {
 
 
 def _anthropic_delta(doc: dict[str, Any], info: ResponseInfo) -> bool:
+    delta = mapping(doc.get("delta"))
+    if delta.get("type") == "thinking_delta":
+        info.reasoning_streamed = True
     if info.capture:
-        delta = mapping(doc.get("delta"))
         out = info.choice(0)
         kind = delta.get("type")
         if kind == "input_json_delta":
@@ -231,8 +236,10 @@ def _converse_block_start(doc: dict[str, Any], info: ResponseInfo) -> bool:
 
 
 def _converse_delta(doc: dict[str, Any], info: ResponseInfo) -> bool:
+    delta = mapping(doc.get("delta"))
+    if delta.get("reasoningContent"):
+        info.reasoning_streamed = True
     if info.capture:
-        delta = mapping(doc.get("delta"))
         out = info.choice(0)
         words = text(delta.get("text"))
         reasoning = text(mapping(delta.get("reasoningContent")).get("text"))

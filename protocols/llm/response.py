@@ -56,6 +56,9 @@ class ResponseInfo:
     cache_read_tokens: int | None = None
     cache_creation_tokens: int | None = None
     reasoning_tokens: int | None = None
+    # a stream event carried reasoning text: the reasoning tokens were streamed as chunks
+    # (else they were thought before the first chunk, hidden, and are no part of its pace)
+    reasoning_streamed: bool = False
     # Anthropic counts cached prompt tokens apart from input_tokens; semconv's input count
     # includes them
     cache_apart: bool = False
@@ -320,6 +323,7 @@ def ollama_object(doc: dict[str, Any], info: ResponseInfo) -> bool:
     message = mapping(doc.get("message"))
     content = message.get("content") or doc.get("response")
     thinking = message.get("thinking") or doc.get("thinking")
+    info.reasoning_streamed = info.reasoning_streamed or bool(thinking)
     calls = sequence(message.get("tool_calls"))
     done = doc.get("done")
     if done is not False:  # the last line of a stream, or a whole response (embed has no "done")
@@ -370,6 +374,8 @@ def gemini_object(doc: dict[str, Any], info: ResponseInfo) -> bool:
                 # every chunk carries whole calls: each one seen is a new call
                 info.tool_called(len(info.tool_names), call.get("name"))
             content = content or bool(call or words)
+            if words and part.get("thought") is True:
+                info.reasoning_streamed = True
             if info.capture:
                 _keep_gemini_part(info.choice(index), part, call, words)
     return content

@@ -11,6 +11,8 @@ Time to first chunk is measured to the first *content* event (see events.py) fro
 Our attributes, not semconv (none exists for these; all times in seconds):
 - otel_ebpf.gen_ai.time_per_output_token: (last content chunk - first content chunk) /
   (output tokens - 1), the span-level value of gen_ai.server.time_per_output_token;
+  reasoning tokens the stream did not show (no reasoning text in it) are left out of the
+  count: they were generated before the first chunk;
 - otel_ebpf.gen_ai.output_tokens.source: where gen_ai.usage.output_tokens (and the
   division above) came from on a streamed response: "usage" (the count the API reported)
   or "chunks" (content chunks counted, when the stream reported no usage: one chunk is
@@ -216,6 +218,10 @@ class Timing:
         tokens, self.source = (
             (response.output_tokens, "usage") if response.output_tokens else (len(times), "chunks")
         )
+        if self.source == "usage" and response.reasoning_tokens and not response.reasoning_streamed:
+            # hidden reasoning (o-series, Gemini's thoughts without includeThoughts) was
+            # generated before the first chunk: it is in the output count, not in the pace
+            tokens -= min(response.reasoning_tokens, tokens)
         if len(times) >= 2 and tokens >= 2:
             self.per_token = (times[-1] - times[0]) / NS / (tokens - 1)
 

@@ -201,3 +201,21 @@ def test_a_cut_response_is_scanned_for_usage():
     assert a["gen_ai.usage.output_tokens"] == 12 and a["gen_ai.usage.reasoning.output_tokens"] == 7
     assert a["gen_ai.usage.cache_read.input_tokens"] == 32
     assert a["gen_ai.response.finish_reasons"] == ["MAX_TOKENS"]
+
+
+def test_hidden_thoughts_are_not_part_of_the_pace():
+    # 7 thought tokens generated before the first chunk, never shown: time per output token
+    # is over the 4 visible ones (but the usage counts all 11)
+    chunks = sse_chunks(Role.SERVER)
+    last = answer([{"text": "w3"}], "STOP", {**USAGE, "candidatesTokenCount": 4})
+    chunks[-1] = (b"data: " + orjson.dumps(last) + b"\r\n\r\n", chunks[-1][1])
+    a = enrich(exchange(STREAM, body(REQUEST), body(*chunks), response_type="text/event-stream",
+                        role=Role.SERVER)).attributes
+    assert a["gen_ai.usage.output_tokens"] == 11
+    assert a["otel_ebpf.gen_ai.time_per_output_token"] == pytest.approx(0.040)
+    # shown thoughts are chunks of the stream: then they count
+    shown = [(b"data: " + orjson.dumps(answer([{"text": "hm", "thought": True}])) + b"\r\n\r\n",
+              chunks[0][1] - 40 * MS), *chunks]
+    a = enrich(exchange(STREAM, body(REQUEST), body(*shown), response_type="text/event-stream",
+                        role=Role.SERVER)).attributes
+    assert a["otel_ebpf.gen_ai.time_per_output_token"] == pytest.approx(0.160 / 10)
