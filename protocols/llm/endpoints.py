@@ -71,29 +71,35 @@ _BEDROCK_OPERATIONS: Mapping[str, tuple[bool, bool]] = {  # operation -> (stream
 MAX_MODEL_CHARS = 256  # a model named in a path longer than this is not a model id
 
 
+def _named(path: str, separator: str, marker: str, table: Mapping[str, Any]) -> tuple[Any, str] | None:
+    """(the table's entry for the path's last part, the model named after `marker` just
+    before it): ".../models/{model}:{method}", "/model/{id}/{operation}"."""
+    head, found_separator, last = path.rpartition(separator)
+    entry = table.get(last) if found_separator else None
+    if entry is None:
+        return None
+    _, found_marker, model = head.rpartition(marker)
+    if not found_marker or not model or "/" in model or len(model) > MAX_MODEL_CHARS:
+        return None
+    return entry, unquote(model)
+
+
 def gemini_route(path: str) -> Route | None:
-    head, colon, method = path.rpartition(":")
-    found = _GEMINI_METHODS.get(method) if colon else None
+    found = _named(path, ":", "/models/", _GEMINI_METHODS)
     if found is None:
         return None
-    before, models, model = head.rpartition("/models/")
-    if not models or not model or "/" in model or len(model) > MAX_MODEL_CHARS:
-        return None
-    return Route(found[0], GEMINI, model=unquote(model), stream=found[1])
+    (operation, stream), model = found
+    return Route(operation, GEMINI, model=model, stream=stream)
 
 
 def bedrock_route(path: str) -> Route | None:
-    head, slash, operation = path.rpartition("/")
-    found = _BEDROCK_OPERATIONS.get(operation) if slash else None
+    found = _named(path, "/", "/model/", _BEDROCK_OPERATIONS)
     if found is None:
         return None
-    before, marker, model = head.rpartition("/model/")
-    if not marker or not model or "/" in model or len(model) > MAX_MODEL_CHARS:
-        return None
-    model = unquote(model)
+    (stream, invoke), model = found
     # InvokeModel serves every kind of model: an embedding model's id says it
-    operation_name = EMBEDDINGS if found[1] and "embed" in model else CHAT
-    return Route(operation_name, BEDROCK, model=model, stream=found[0], invoke=found[1])
+    operation = EMBEDDINGS if invoke and "embed" in model else CHAT
+    return Route(operation, BEDROCK, model=model, stream=stream, invoke=invoke)
 
 
 # what the kernel should capture more of: the built-in paths themselves (the kernel matches

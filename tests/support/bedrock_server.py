@@ -36,11 +36,9 @@ import base64
 import contextlib
 import hashlib
 import json
-import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import unquote
 
 from otel_ebpf.protocols.llm.eventstream import encode_frame
@@ -50,14 +48,13 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.support.openai_server import (
-    MAX_DELAY_S,
-    MAX_GENERATION_S,
-    MAX_TOKENS,
     BadRequest,
     RunningServer,
     Settings,
-    _header_num,
+    app_for,
     count_words,
+    read_json,
+    request_settings,
     serve,
     server_process,
     sleep_until,
@@ -103,31 +100,21 @@ class Plan:
 
 
 def plan_for(request: Request, cap) -> Plan:
-    defaults: Settings = request.app.state.settings
     try:
-        first = _header_num(request, "x-test-first-token-ms", float, 0.0, MAX_DELAY_S * 1000)
-        interval = _header_num(request, "x-test-token-interval-ms", float, 0.0,
-                               MAX_DELAY_S * 1000)
-        count = _header_num(request, "x-test-tokens", int, 0, MAX_TOKENS)
+        settings = request_settings(request)
     except BadRequest as err:
-        raise AwsError(400, "ValidationException", str(err)) from None
-    first = defaults.first_token_delay if first is None else first / 1000
-    interval = defaults.token_interval if interval is None else interval / 1000
-    n = defaults.tokens if count is None else count
-    if first + max(n - 1, 0) * interval > MAX_GENERATION_S:
-        raise AwsError(400, "ValidationException", "generation too long")
+        raise AwsError(400, "ValidationException", err.message) from None
+    n = settings.tokens
     truncated = isinstance(cap, int) and not isinstance(cap, bool) and 0 <= cap < n
-    return Plan(first, interval, cap if truncated else n, truncated)
+    return Plan(settings.first_token_delay, settings.token_interval, cap if truncated else n,
+                truncated)
 
 
 async def read_body(request: Request) -> dict:
     try:
-        body = json.loads(await request.body())
-    except ValueError:
-        raise AwsError(400, "ValidationException", "Malformed input request") from None
-    if not isinstance(body, dict):
-        raise AwsError(400, "ValidationException", "Malformed input request")
-    return body
+        return await read_json(request)
+    except BadRequest as err:
+        raise AwsError(400, "ValidationException", err.message) from None
 
 
 def prompt_blocks(body: dict) -> list:
@@ -314,28 +301,13 @@ async def model_operation(request: Request) -> Response:
         return error_response(err)
 
 
-async def health(request: Request) -> Response:
-    return JSONResponse({"status": "ok", "time": time.time()})
-
-
 def create_app(settings: Settings) -> Starlette:
-    app = Starlette(routes=[
-        Route("/model/{model}/{operation}", model_operation, methods=["POST"]),
-        Route("/health", health),
-    ])
-    app.state.settings = settings
-    app.state.cache = {}
-    return app
+    return app_for(settings, [Route("/model/{model}/{operation}", model_operation, methods=["POST"])], cache={})
 
 
-@contextlib.contextmanager
-def bedrock_server(first_token_delay: float = 0.2, token_interval: float = 0.05,
-                   tokens: int = 10, log: Path | None = None, env: dict | None = None
-                   ) -> Iterator[RunningServer]:
-    with server_process("tests.support.bedrock_server",
-                        Settings(first_token_delay, token_interval, tokens),
-                        log=log, env=env) as server:
-        yield server
+def bedrock_server(**options) -> contextlib.AbstractContextManager[RunningServer]:
+    """This server in its own process (options: openai_server.server_process's)."""
+    return server_process("tests.support.bedrock_server", **options)
 
 
 if __name__ == "__main__":

@@ -34,9 +34,8 @@ import contextlib
 import hashlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -44,14 +43,14 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.support.openai_server import (
-    MAX_DELAY_S,
-    MAX_GENERATION_S,
-    MAX_TOKENS,
     BadRequest,
     RunningServer,
     Settings,
     _header_num,
+    app_for,
     prompt_tokens,
+    read_json,
+    request_settings,
     serve,
     server_process,
     sleep_until,
@@ -79,24 +78,17 @@ class Plan:
 
 def plan_for(request: Request, body: dict) -> Plan:
     """The request's generation: server defaults, x-test-* headers, maxOutputTokens."""
-    defaults: Settings = request.app.state.settings
     try:
-        first = _header_num(request, "x-test-first-token-ms", float, 0.0, MAX_DELAY_S * 1000)
-        interval = _header_num(request, "x-test-token-interval-ms", float, 0.0,
-                               MAX_DELAY_S * 1000)
-        count = _header_num(request, "x-test-tokens", int, 0, MAX_TOKENS)
+        settings = request_settings(request)
         cached = _header_num(request, "x-test-cached-tokens", int, 0, 1_000_000) or 0
         thoughts = _header_num(request, "x-test-thoughts-tokens", int, 0, 1_000_000) or 0
     except BadRequest as err:
-        raise ApiError(400, "INVALID_ARGUMENT", str(err)) from None
-    first = defaults.first_token_delay if first is None else first / 1000
-    interval = defaults.token_interval if interval is None else interval / 1000
-    n = defaults.tokens if count is None else count
-    if first + max(n - 1, 0) * interval > MAX_GENERATION_S:
-        raise ApiError(400, "INVALID_ARGUMENT", "generation too long")
+        raise ApiError(400, "INVALID_ARGUMENT", err.message) from None
+    n = settings.tokens
     cap = (body.get("generationConfig") or {}).get("maxOutputTokens")
     truncated = isinstance(cap, int) and not isinstance(cap, bool) and 0 <= cap < n
-    return Plan(first, interval, cap if truncated else n, truncated, cached, thoughts)
+    return Plan(settings.first_token_delay, settings.token_interval, cap if truncated else n,
+                truncated, cached, thoughts)
 
 
 def error_response(err: ApiError) -> Response:
@@ -106,12 +98,9 @@ def error_response(err: ApiError) -> Response:
 
 async def read_body(request: Request) -> dict:
     try:
-        body = json.loads(await request.body())
-    except ValueError:
-        raise ApiError(400, "INVALID_ARGUMENT", "Invalid JSON payload received.") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "INVALID_ARGUMENT", "The request body must be a JSON object.")
-    return body
+        return await read_json(request)
+    except BadRequest as err:
+        raise ApiError(400, "INVALID_ARGUMENT", err.message) from None
 
 
 def function_names(body: dict) -> list[str]:
@@ -222,28 +211,16 @@ def embed(body: dict, method: str) -> Response:
     return JSONResponse({"embeddings": out})
 
 
-async def health(request: Request) -> Response:
-    return JSONResponse({"status": "ok"})
-
-
 def create_app(settings: Settings) -> Starlette:
-    app = Starlette(routes=[
+    return app_for(settings, [
         Route("/v1beta/models/{rest:path}", models, methods=["POST"]),
         Route("/v1/models/{rest:path}", models, methods=["POST"]),
-        Route("/health", health),
     ])
-    app.state.settings = settings
-    return app
 
 
-@contextlib.contextmanager
-def gemini_server(first_token_delay: float = 0.2, token_interval: float = 0.05,
-                  tokens: int = 10, log: Path | None = None, env: dict | None = None
-                  ) -> Iterator[RunningServer]:
-    with server_process("tests.support.gemini_server",
-                        Settings(first_token_delay, token_interval, tokens),
-                        log=log, env=env) as server:
-        yield server
+def gemini_server(**options) -> contextlib.AbstractContextManager[RunningServer]:
+    """This server in its own process (options: openai_server.server_process's)."""
+    return server_process("tests.support.gemini_server", **options)
 
 
 if __name__ == "__main__":

@@ -178,6 +178,25 @@ async def read_json(request: Request) -> dict:
     return body
 
 
+def request_settings(request: Request) -> Settings:
+    """The server defaults with this request's x-test-* timing headers (every local LLM
+    server here takes them); BadRequest for a bad header or too long a generation."""
+    defaults: Settings = request.app.state.settings
+    first = _header_num(request, "x-test-first-token-ms", float, 0.0, MAX_DELAY_S * 1000)
+    interval = _header_num(request, "x-test-token-interval-ms", float, 0.0, MAX_DELAY_S * 1000)
+    count = _header_num(request, "x-test-tokens", int, 0, MAX_TOKENS)
+    settings = replace(
+        defaults,
+        first_token_delay=defaults.first_token_delay if first is None else first / 1000,
+        token_interval=defaults.token_interval if interval is None else interval / 1000,
+        tokens=defaults.tokens if count is None else count,
+    )
+    n = settings.tokens
+    if settings.first_token_delay + max(n - 1, 0) * settings.token_interval > MAX_GENERATION_S:
+        raise BadRequest(400, f"a generation may last at most {MAX_GENERATION_S:.0f} s")
+    return settings
+
+
 def plan_for(request: Request, body: dict, required: str, cap: int | None) -> Plan:
     """Check the request, then merge the server defaults with the x-test-* headers."""
     status = _header_num(request, "x-test-status", int, 100, 599)
@@ -195,19 +214,8 @@ def plan_for(request: Request, body: dict, required: str, cap: int | None) -> Pl
                               "access to it.", code="model_not_found", param="model")
         err.model = model
         raise err
-    defaults: Settings = request.app.state.settings
-    first = _header_num(request, "x-test-first-token-ms", float, 0.0, MAX_DELAY_S * 1000)
-    interval = _header_num(request, "x-test-token-interval-ms", float, 0.0, MAX_DELAY_S * 1000)
-    count = _header_num(request, "x-test-tokens", int, 0, MAX_TOKENS)
-    settings = replace(
-        defaults,
-        first_token_delay=defaults.first_token_delay if first is None else first / 1000,
-        token_interval=defaults.token_interval if interval is None else interval / 1000,
-        tokens=defaults.tokens if count is None else count,
-    )
+    settings = request_settings(request)
     n = settings.tokens
-    if settings.first_token_delay + max(n - 1, 0) * settings.token_interval > MAX_GENERATION_S:
-        raise BadRequest(400, f"a generation may last at most {MAX_GENERATION_S:.0f} s")
     truncated = isinstance(cap, int) and not isinstance(cap, bool) and 0 <= cap < n
     if truncated:
         n = cap
@@ -576,21 +584,21 @@ def openai_server(first_token_delay: float = 0.2, token_interval: float = 0.05,
     """Start the server with `python -m tests.support.openai_server` and wait (bounded)
     until /health answers; stop it on exit. `tls`: (certificate, key, CA that signed
     them): serve HTTPS."""
-    with server_process("tests.support.openai_server", Settings(first_token_delay,
-                        token_interval, tokens), port, log, env, start_timeout_s,
-                        tls) as server:
+    with server_process("tests.support.openai_server", first_token_delay, token_interval,
+                        tokens, port, log, env, start_timeout_s, tls) as server:
         yield server
 
 
 @contextlib.contextmanager
-def server_process(module: str, settings: Settings, port: int | None = None,
-                   log: Path | None = None, env: dict | None = None,
-                   start_timeout_s: float = 20.0, tls: tuple[Path, Path, Path] | None = None
-                   ) -> Iterator[RunningServer]:
-    """Run `python -m module --port N` with the timing options of `settings` (every local
-    LLM server here takes them) and wait, bounded, until its /health answers."""
+def server_process(module: str, first_token_delay: float = 0.2, token_interval: float = 0.05,
+                   tokens: int = 10, port: int | None = None, log: Path | None = None,
+                   env: dict | None = None, start_timeout_s: float = 20.0,
+                   tls: tuple[Path, Path, Path] | None = None) -> Iterator[RunningServer]:
+    """Run `python -m module --port N` with the timing options (every local LLM server
+    here takes them) and wait, bounded, until its /health answers."""
     import urllib.request
 
+    settings = Settings(first_token_delay, token_interval, tokens)
     port = port or free_port()
     name = module.rpartition(".")[2]
     if log is None:
@@ -625,6 +633,15 @@ def server_process(module: str, settings: Settings, port: int | None = None,
         yield RunningServer(port, proc, log, "https" if tls else "http")
     finally:
         stop_process(proc)
+
+
+def app_for(settings: Settings, routes: list[Route], **state) -> Starlette:
+    """A Starlette app with these routes and /health, the settings and `state` on it."""
+    app = Starlette(routes=[*routes, Route("/health", health)])
+    app.state.settings = settings
+    for name, value in state.items():
+        setattr(app.state, name, value)
+    return app
 
 
 def serve(app_factory, argv: list[str] | None = None, description: str = "") -> None:
