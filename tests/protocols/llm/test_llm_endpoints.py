@@ -138,3 +138,16 @@ def test_llm_first_then_vectordb_split_the_paths():
 def test_body_limit_option():
     assert LLMLayer().body_limit == 1 << 20
     assert LLMLayer({"body_limit": 8 << 20}).body_limit == 8 << 20
+
+
+def test_default_layers_fit_the_kernels_wide_keys():
+    # every built-in prefix of every layer must get a kernel key, or its long prompts lose
+    # their model and settings: the kernel table holds MAX_WIDE_KEYS 8-byte path heads
+    from otel_ebpf.protocols.registry import Registry
+
+    from otel_ebpf.kernel.abi import MAX_WIDE_KEYS
+
+    prefixes = Registry.from_config(["http1", "http2", "llm", "vectordb"], {}).wide_prefixes()
+    heads = {p.encode()[:8] for p in prefixes}
+    assert len(heads) <= MAX_WIDE_KEYS, sorted(heads)
+    assert b"/v1beta/" in heads
