@@ -551,7 +551,9 @@ def api_error(error: Any) -> str | None:
 def _aws_type(value: Any) -> str | None:
     """AWS JSON errors' `__type`: "ValidationException", or with a namespace before "#"."""
     name = text(value)
-    return name.rpartition("#")[2].partition(":")[0] or None if name else None
+    if name is None:
+        return None
+    return name.rpartition("#")[2].partition(":")[0] or None
 
 
 def error_type(body: Body | None) -> str | None:
