@@ -219,3 +219,15 @@ def test_hidden_thoughts_are_not_part_of_the_pace():
     a = enrich(exchange(STREAM, body(REQUEST), body(*shown), response_type="text/event-stream",
                         role=Role.SERVER)).attributes
     assert a["otel_ebpf.gen_ai.time_per_output_token"] == pytest.approx(0.160 / 10)
+
+
+@pytest.mark.parametrize(("host", "provider"), [
+    ("us-central1-aiplatform.googleapis.com", "gcp.vertex_ai"),
+    ("aiplatform.googleapis.com:443", "gcp.vertex_ai"),
+    ("generativelanguage.googleapis.com", "gcp.gemini"),
+    ("127.0.0.1:9000", "gemini_compatible"),
+])
+def test_provider_by_host(host, provider):
+    doc = answer([{"text": "x"}], "STOP", USAGE)
+    span = enrich(exchange(GENERATE, body(REQUEST), body(orjson.dumps(doc)), host=host))
+    assert span.attributes["gen_ai.provider.name"] == provider
