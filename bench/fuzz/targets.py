@@ -23,6 +23,7 @@ with atheris.instrument_imports(include=["otel_ebpf"]):
     from otel_ebpf.protocols.http2 import HTTP2Parser
     from otel_ebpf.protocols.llm import LLMLayer
     from otel_ebpf.protocols.llm.endpoints import BUILTIN
+    from otel_ebpf.protocols.llm.eventstream import encode_frame
     from otel_ebpf.protocols.rtps import RTPSParser
     from otel_ebpf.protocols.vectordb import CAPTURE_PREFIXES, VectorDBLayer
 
@@ -33,7 +34,12 @@ with atheris.instrument_imports(include=["otel_ebpf"]):
 from tests.protocols.conftest import ConnectionDriver, conn_info  # noqa: E402
 from tests.protocols.http1.test_http1_fuzz import EXCHANGES, FRAGMENTS  # noqa: E402
 from tests.protocols.http2.test_http2_fuzz import _fragments as http2_fragments  # noqa: E402
-from tests.protocols.llm.test_llm_fuzz import EVENT_TYPES, VOCABULARY  # noqa: E402
+from tests.protocols.llm.test_llm_fuzz import (  # noqa: E402
+    EVENT_TYPES,
+    FRAME_EVENTS,
+    PATH_ROUTES,
+    VOCABULARY,
+)
 from tests.protocols.rtps import wire as rtps_wire  # noqa: E402
 from tests.protocols.rtps.test_rtps_fuzz import DATAGRAMS  # noqa: E402
 
@@ -162,6 +168,23 @@ def _json_bits() -> list[bytes]:
                             b'{"usage":{"prompt_tokens":3,"completion_tokens":5}}', b"1", b"null"]
 
 
+def _genai_bits(json_bits: list[bytes]) -> list[bytes]:
+    """Gemini SSE chunks and Bedrock event stream frames (whole: the fuzzer cuts them), the
+    event stream's response head, and the JSON pieces of every dialect."""
+    docs = [b'{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],'
+            b'"usageMetadata":{"promptTokenCount":3,"thoughtsTokenCount":2}}',
+            b'{"contentBlockIndex":0,"delta":{"text":"x"}}', b'{"stopReason":"end_turn"}',
+            b'{"usage":{"inputTokens":3,"outputTokens":5,"cacheReadInputTokens":1}}',
+            b'{"bytes":"eyJ0eXBlIjoibWVzc2FnZV9zdG9wIn0="}']
+    frames = [encode_frame({":event-type": event, ":message-type": "event"}, doc)
+              for event in FRAME_EVENTS for doc in docs]
+    frames.append(encode_frame({":message-type": "exception",
+                                ":exception-type": "throttlingException"}, b"{}"))
+    head = (b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.amazon.eventstream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
+    return [head, *frames, *(b"data: " + d + b"\r\n\r\n" for d in docs), *json_bits]
+
+
 def _vectordb_paths() -> list[str]:
     return [p + "docs/query" for p in CAPTURE_PREFIXES if p.endswith("/")] + [
         "/api/v1/collections/abc/query", "/collections/docs/points/search", "/v1/graphql",
@@ -210,6 +233,9 @@ def _parsers() -> dict[str, Callable]:
         # layers read bodies inside HTTP/1 messages: fuzz them through the real HTTP parser
         "llm": _stream(lambda: (HTTP1Parser(), (LLMLayer({"capture_content": True}),)),
                        _http_pieces(llm_paths, json_bits)),
+        # the dialects whose paths name the model: Gemini (SSE) and Bedrock (AWS event stream)
+        "genai": _stream(lambda: (HTTP1Parser(), (LLMLayer({"capture_content": True}),)),
+                         _http_pieces(PATH_ROUTES, _genai_bits(json_bits))),
         "vectordb": _stream(lambda: (HTTP1Parser(), (VectorDBLayer(),)),
                             _http_pieces(_vectordb_paths(), json_bits)),
         "rtps": _rtps,

@@ -1,5 +1,5 @@
-"""The LLM layer: OpenAI-compatible, Anthropic and Ollama API calls inside HTTP, as GenAI
-spans and metrics (semantic-conventions-genai).
+"""The LLM layer: OpenAI-compatible, Anthropic, Ollama, Gemini and Bedrock Runtime API calls
+inside HTTP, as GenAI spans and metrics (semantic-conventions-genai).
 
 Options (`receivers.ebpf.protocols.llm`):
   extra_paths: more endpoints, each a path prefix ("/openai/deployments") or a mapping
@@ -23,7 +23,8 @@ from ..base import Instrument, NeutralSpan
 from ..layers import Body, HTTPExchange, HTTPLayer
 from . import spans
 from .endpoints import Endpoints, Route
-from .events import read_events
+from .events import read_events, read_eventstream
+from .eventstream import decode_eventstream
 from .request import read_request
 from .response import ResponseInfo, error_type, read_json
 from .stream import decode_ndjson, decode_sse
@@ -37,16 +38,19 @@ _NDJSON_TYPES = (
     "application/jsonl",
     "application/x-jsonlines",
 )
+_EVENTSTREAM_TYPES = ("application/vnd.amazon.eventstream",)
 
 
 def _stream_kind(content_type: str, body: Body) -> str:
-    """Which decoder fits ("sse", "ndjson", "json"): by content type, else by the first
-    bytes when the type says nothing useful (some servers stream SSE untyped)."""
+    """Which decoder fits ("sse", "ndjson", "eventstream", "json"): by content type, else by
+    the first bytes when the type says nothing useful (some servers stream SSE untyped)."""
     kind = content_type.partition(";")[0].strip().lower()
     if kind in _SSE_TYPES:
         return "sse"
     if kind in _NDJSON_TYPES:
         return "ndjson"
+    if kind in _EVENTSTREAM_TYPES:
+        return "eventstream"
     if kind in ("", "text/plain", "application/octet-stream"):
         head = body.pieces[0].data[:16].lstrip() if body.pieces else b""
         if head.startswith((b"data:", b"event:", b":")):
@@ -67,6 +71,8 @@ def read_response(exchange: HTTPExchange, route: Route, capture: bool) -> Respon
         read_events(decode_sse(body), route, info)
     elif kind == "ndjson":
         read_events(decode_ndjson(body), route, info)
+    elif kind == "eventstream":
+        read_eventstream(decode_eventstream(body), route, info)
     else:
         read_json(body, route, info)
     return info

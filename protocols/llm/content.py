@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from .endpoints import ANTHROPIC, OLLAMA, OPENAI, Route
+from .endpoints import ANTHROPIC, BEDROCK, GEMINI, OLLAMA, OPENAI, Route
 from .response import Choice, ResponseInfo, mapping, sequence, text
 
 Message = dict[str, Any]
@@ -176,17 +176,96 @@ def _ollama_input(doc: dict[str, Any]) -> tuple[list[Message], list[Part]]:
     return ([{"role": "user", "parts": [_text(prompt)]}] if prompt else []), instructions
 
 
+def _gemini_part(part: dict[str, Any]) -> Part:
+    call, result = mapping(part.get("functionCall")), mapping(part.get("functionResponse"))
+    if call:
+        return _tool_call(call.get("id"), call.get("name"), call.get("args"))
+    if result:
+        out: Part = {"type": "tool_call_response", "response": result.get("response")}
+        if text(result.get("id")):
+            out["id"] = result["id"]
+        return out
+    if isinstance(part.get("text"), str):
+        if part.get("thought") is True:
+            return {"type": "reasoning", "content": part["text"]}
+        return _text(part["text"])
+    # inlineData, fileData, executableCode...: the kind of part, not its data
+    return {"type": next(iter(part), "unknown")}
+
+
+def _gemini_parts(content: Any) -> list[Part]:
+    return [_gemini_part(mapping(part)) for part in sequence(mapping(content).get("parts"))]
+
+
+def _gemini_input(doc: dict[str, Any]) -> tuple[list[Message], list[Part]]:
+    contents = doc.get("contents")
+    if isinstance(contents, dict):  # one Content instead of a list is accepted by the API
+        contents = [contents]
+    messages = []
+    for item in sequence(contents):
+        role = text(mapping(item).get("role")) or "user"
+        messages.append({"role": "assistant" if role == "model" else role,
+                         "parts": _gemini_parts(item)})
+    system = doc.get("systemInstruction") or doc.get("system_instruction")
+    return messages, _gemini_parts(system)
+
+
+def _converse_block(block: dict[str, Any]) -> Part:
+    if isinstance(block.get("text"), str):
+        return _text(block["text"])
+    tool, result = mapping(block.get("toolUse")), mapping(block.get("toolResult"))
+    if tool:
+        return _tool_call(tool.get("toolUseId"), tool.get("name"), tool.get("input"))
+    if result:
+        blocks = [mapping(b) for b in sequence(result.get("content"))]
+        response = "".join(b["text"] for b in blocks if isinstance(b.get("text"), str))
+        out: Part = {"type": "tool_call_response", "response": response}
+        if text(result.get("toolUseId")):
+            out["id"] = result["toolUseId"]
+        return out
+    reasoning = mapping(mapping(block.get("reasoningContent")).get("reasoningText"))
+    if reasoning:
+        return {"type": "reasoning", "content": text(reasoning.get("text")) or ""}
+    return {"type": next(iter(block), "unknown")}  # image, document, video: the kind only
+
+
+def _converse_input(doc: dict[str, Any]) -> tuple[list[Message], list[Part]]:
+    messages = [
+        {
+            "role": text(mapping(m).get("role")) or "user",
+            "parts": [_converse_block(mapping(b)) for b in sequence(mapping(m).get("content"))],
+        }
+        for m in sequence(doc.get("messages"))
+    ]
+    system = [_converse_block(mapping(b)) for b in sequence(doc.get("system"))]
+    return messages, system
+
+
+def _invoke_input(doc: dict[str, Any]) -> tuple[list[Message], list[Part]]:
+    """InvokeModel: Anthropic's messages (anthropic_version says so), Nova's Converse-like
+    ones, or one prompt (Llama's `prompt`, Titan's `inputText`)."""
+    if "anthropic_version" in doc:
+        return _anthropic_input(doc)
+    if "messages" in doc:
+        return _converse_input(doc)
+    prompt = text(doc.get("prompt")) or text(doc.get("inputText"))
+    return ([{"role": "user", "parts": [_text(prompt)]}] if prompt else []), []
+
+
 _INPUT: dict[tuple[str, bool], Callable[[dict[str, Any]], tuple[list[Message], list[Part]]]] = {
     (OPENAI, False): _openai_input,
     (OPENAI, True): _responses_input,
     (ANTHROPIC, False): _anthropic_input,
     (OLLAMA, False): _ollama_input,
+    (GEMINI, False): _gemini_input,
+    (BEDROCK, False): _converse_input,
+    (BEDROCK, True): _invoke_input,
 }
 
 
 def input_messages(doc: dict[str, Any], route: Route) -> tuple[list[Message], list[Part]]:
     """(gen_ai.input.messages, gen_ai.system_instructions) from a whole request body."""
-    return _INPUT[(route.dialect, route.responses_api)](doc)
+    return _INPUT[(route.dialect, route.responses_api or route.invoke)](doc)
 
 
 # output ----------------------------------------------------------------------------------

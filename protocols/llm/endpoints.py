@@ -1,13 +1,16 @@
-"""Which request paths are LLM API calls: the operation and the API dialect a path names."""
+"""Which request paths are LLM API calls: the operation and the API dialect a path names
+(and, for Gemini and Bedrock, the model and whether the answer streams)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 OPENAI, ANTHROPIC, OLLAMA = "openai", "anthropic", "ollama"  # API dialects (wire formats)
-DIALECTS = (OPENAI, ANTHROPIC, OLLAMA)
+GEMINI, BEDROCK = "gemini", "bedrock"  # dialects whose paths name the model
+DIALECTS = (OPENAI, ANTHROPIC, OLLAMA)  # those `extra_paths` can name (fixed suffixes)
 
 CHAT, TEXT_COMPLETION, EMBEDDINGS = "chat", "text_completion", "embeddings"
 
@@ -20,6 +23,10 @@ class Route:
     dialect: str
     # the OpenAI Responses API: its own request and event shapes inside the OpenAI dialect
     responses_api: bool = False
+    # Gemini and Bedrock name the model in the path, and whether the answer streams
+    model: str | None = None
+    stream: bool = False
+    invoke: bool = False  # Bedrock InvokeModel: the body is the model vendor's own shape
 
 
 # API-relative endpoint paths of each dialect. The built-in routes are these under "/v1"
@@ -46,10 +53,60 @@ BUILTIN: Mapping[str, Route] = {
     for dialect, table in SUFFIXES.items()
     for suffix, route in table.items()
 }
+# Gemini: ".../models/{model}:{method}" (the Gemini API under /v1beta or /v1, Vertex AI under
+# /v1/projects/.../publishers/google); `alt=sse` in the query makes streamGenerateContent SSE
+_GEMINI_METHODS: Mapping[str, tuple[str, bool]] = {
+    "generateContent": (CHAT, False),
+    "streamGenerateContent": (CHAT, True),
+    "embedContent": (EMBEDDINGS, False),
+    "batchEmbedContents": (EMBEDDINGS, False),
+}
+# Bedrock Runtime: "/model/{modelId}/{operation}", the id percent-encoded ("...-v1%3A0")
+_BEDROCK_OPERATIONS: Mapping[str, tuple[bool, bool]] = {  # operation -> (stream, invoke)
+    "converse": (False, False),
+    "converse-stream": (True, False),
+    "invoke": (False, True),
+    "invoke-with-response-stream": (True, True),
+}
+MAX_MODEL_CHARS = 256  # a model named in a path longer than this is not a model id
+
+
+def _named(path: str, separator: str, marker: str, table: Mapping[str, Any]) -> tuple[Any, str] | None:
+    """(the table's entry for the path's last part, the model named after `marker` just
+    before it): ".../models/{model}:{method}", "/model/{id}/{operation}"."""
+    head, found_separator, last = path.rpartition(separator)
+    entry = table.get(last) if found_separator else None
+    if entry is None:
+        return None
+    _, found_marker, model = head.rpartition(marker)
+    if not found_marker or not model or "/" in model or len(model) > MAX_MODEL_CHARS:
+        return None
+    return entry, unquote(model)
+
+
+def gemini_route(path: str) -> Route | None:
+    found = _named(path, ":", "/models/", _GEMINI_METHODS)
+    if found is None:
+        return None
+    (operation, stream), model = found
+    return Route(operation, GEMINI, model=model, stream=stream)
+
+
+def bedrock_route(path: str) -> Route | None:
+    found = _named(path, "/", "/model/", _BEDROCK_OPERATIONS)
+    if found is None:
+        return None
+    (stream, invoke), model = found
+    # InvokeModel serves every kind of model: an embedding model's id says it
+    operation = EMBEDDINGS if invoke and "embed" in model else CHAT
+    return Route(operation, BEDROCK, model=model, stream=stream, invoke=invoke)
+
+
 # what the kernel should capture more of: the built-in paths themselves (the kernel matches
 # a path by its first 8 bytes, so "/v1/" alone would be too short to be a key, and would
-# widen every /v1/ call besides)
-BUILTIN_CAPTURE = tuple(BUILTIN)
+# widen every /v1/ call besides). Gemini's "/v1beta/models/" is one key; Bedrock's
+# "/model/{id}" has no fixed 8-byte head (its calls keep the normal capture size)
+BUILTIN_CAPTURE = (*BUILTIN, "/v1beta/models/")
 MAX_CAPTURE_PREFIXES = 16
 MAX_CAPTURE_PREFIX_BYTES = 31
 
@@ -112,6 +169,9 @@ class Endpoints:
         if "://" in path and not path.startswith("/"):  # absolute form, sent to a proxy
             path = "/" + path.split("://", 1)[1].partition("/")[2]
         route = BUILTIN.get(path)
+        if route is not None:
+            return route
+        route = gemini_route(path) or bedrock_route(path)
         if route is not None:
             return route
         for extra in self.extra:

@@ -1,22 +1,30 @@
 """Stream events of each dialect -> ResponseInfo, noting which events carried content.
 
 A content event is one that carries generated output: text, reasoning or refusal deltas,
-tool-call deltas; for Anthropic every content_block_delta. Role-only openers, usage-only
-chunks, pings and stop events are not content: they do not mark when output arrived.
+tool-call deltas; for Anthropic every content_block_delta; for Gemini a chunk with text or a
+function call; for Bedrock's ConverseStream every contentBlockDelta. Role-only openers,
+usage-only chunks, pings and stop events are not content: they do not mark when output
+arrived.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Callable
 from typing import Any
 
-from .endpoints import ANTHROPIC, OLLAMA, OPENAI, Route
+from .endpoints import ANTHROPIC, GEMINI, OLLAMA, OPENAI, Route
+from .eventstream import Frames
 from .response import (
     ResponseInfo,
     anthropic_message,
     anthropic_usage,
     api_error,
+    bedrock_usage,
+    gemini_object,
     integer,
+    invoke_object,
     loads,
     mapping,
     ollama_object,
@@ -51,6 +59,12 @@ def _openai_chunk(doc: dict[str, Any], info: ResponseInfo) -> bool:
         calls = sequence(delta.get("tool_calls"))
         if words or thought or calls or delta.get("refusal"):
             content = True
+        info.reasoning_streamed = info.reasoning_streamed or bool(thought)
+        for position, call in enumerate(calls):  # the name comes in a call's first delta
+            call = mapping(call)
+            key = integer(call.get("index"))
+            name = mapping(call.get("function")).get("name")
+            info.tool_called((index, position if key is None else key), name)
         info.finish(index, choice.get("finish_reason"))
         if info.capture:
             _keep_openai_delta(info, index, words, thought, calls)
@@ -107,6 +121,8 @@ def _responses_event(doc: dict[str, Any], info: ResponseInfo) -> bool:
     handler = _RESPONSES.get(kind)
     if handler is not None:
         return handler(doc, info)
+    if kind.startswith("response.reasoning"):  # reasoning text or its summary, streamed
+        info.reasoning_streamed = True
     return kind.endswith(".delta")
 
 
@@ -116,8 +132,10 @@ def _anthropic_start(doc: dict[str, Any], info: ResponseInfo) -> bool:
 
 
 def _anthropic_block_start(doc: dict[str, Any], info: ResponseInfo) -> bool:
+    block = mapping(doc.get("content_block"))
+    if block.get("type") == "tool_use":
+        info.tool_called(integer(doc.get("index")), block.get("name"))
     if info.capture:
-        block = mapping(doc.get("content_block"))
         if block.get("type") == "tool_use":
             tool = info.choice(0).tool(integer(doc.get("index")))
             tool.id, tool.name = text(block.get("id")), text(block.get("name"))
@@ -131,8 +149,10 @@ _ANTHROPIC_DELTA_FIELDS = {
 
 
 def _anthropic_delta(doc: dict[str, Any], info: ResponseInfo) -> bool:
+    delta = mapping(doc.get("delta"))
+    if delta.get("type") == "thinking_delta":
+        info.reasoning_streamed = True
     if info.capture:
-        delta = mapping(doc.get("delta"))
         out = info.choice(0)
         kind = delta.get("type")
         if kind == "input_json_delta":
@@ -173,18 +193,24 @@ def _anthropic_event(doc: dict[str, Any], info: ResponseInfo) -> bool:
     return handler(doc, info) if handler is not None else False
 
 
+def _foreign(doc: dict[str, Any], info: ResponseInfo) -> bool:
+    return False
+
+
 _HANDLERS: dict[tuple[str, bool], Handler] = {
     (OPENAI, False): _openai_chunk,
     (OPENAI, True): _responses_event,
     (ANTHROPIC, False): _anthropic_event,
     (OLLAMA, False): ollama_object,
+    (GEMINI, False): gemini_object,
 }
 
 
 def read_events(decoded: Decoded, route: Route, info: ResponseInfo) -> None:
     info.streamed = True
     info.dropped += decoded.dropped
-    handler = _HANDLERS[(route.dialect, route.responses_api)]
+    # Bedrock streams are AWS event streams (read_eventstream): SSE there is not its API
+    handler = _HANDLERS.get((route.dialect, route.responses_api), _foreign)
     for event in decoded.events:
         if event.data == b"[DONE]":  # OpenAI's end marker, not JSON
             continue
@@ -193,3 +219,89 @@ def read_events(decoded: Decoded, route: Route, info: ResponseInfo) -> None:
             continue
         if handler(doc, info) and len(info.content_ns) < MAX_CONTENT_TIMES:
             info.content_ns.append(event.ns)
+
+
+# Bedrock event streams ------------------------------------------------------------------
+
+
+def _converse_block_start(doc: dict[str, Any], info: ResponseInfo) -> bool:
+    tool = mapping(mapping(doc.get("start")).get("toolUse"))
+    if tool:
+        index = integer(doc.get("contentBlockIndex"))
+        info.tool_called(index, tool.get("name"))
+        if info.capture:
+            call = info.choice(0).tool(index)
+            call.id, call.name = text(tool.get("toolUseId")), text(tool.get("name"))
+    return False
+
+
+def _converse_delta(doc: dict[str, Any], info: ResponseInfo) -> bool:
+    delta = mapping(doc.get("delta"))
+    if delta.get("reasoningContent"):
+        info.reasoning_streamed = True
+    if info.capture:
+        out = info.choice(0)
+        words = text(delta.get("text"))
+        reasoning = text(mapping(delta.get("reasoningContent")).get("text"))
+        arguments = text(mapping(delta.get("toolUse")).get("input"))
+        if words:
+            out.text.append(words)
+        if reasoning:
+            out.reasoning.append(reasoning)
+        if arguments:
+            out.tool(integer(doc.get("contentBlockIndex"))).fragments.append(arguments)
+    return True
+
+
+def _converse_stop(doc: dict[str, Any], info: ResponseInfo) -> bool:
+    info.finish(0, doc.get("stopReason"))
+    return False
+
+
+def _converse_metadata(doc: dict[str, Any], info: ResponseInfo) -> bool:
+    bedrock_usage(doc.get("usage"), info)
+    return False
+
+
+_CONVERSE: dict[str, Handler] = {
+    "contentBlockStart": _converse_block_start,
+    "contentBlockDelta": _converse_delta,
+    "messageStop": _converse_stop,
+    "metadata": _converse_metadata,
+}
+
+
+def _invoke_chunk(doc: dict[str, Any], info: ResponseInfo) -> bool:
+    """InvokeModelWithResponseStream: each chunk's `bytes` is base64 of one event of the
+    model vendor's own stream (Anthropic's typed events, Llama's and Titan's objects)."""
+    try:
+        inner = loads(base64.b64decode(text(doc.get("bytes")) or "", validate=True))
+    except (binascii.Error, ValueError):
+        return False
+    if not isinstance(inner, dict):
+        return False
+    content = _anthropic_event(inner, info) if isinstance(inner.get("type"), str) else False
+    return invoke_object(inner, info) or content
+
+
+def read_eventstream(frames: Frames, route: Route, info: ResponseInfo) -> None:
+    info.streamed = True
+    info.dropped += frames.dropped + frames.corrupt
+    for frame in frames.frames:
+        headers = frame.headers
+        if headers.get(":message-type") in ("exception", "error"):
+            # a modelStreamErrorException, throttlingException... inside a 200 stream
+            kind = headers.get(":exception-type") or headers.get(":error-code")
+            info.error_type = kind if isinstance(kind, str) and kind else "_OTHER"
+            continue
+        event = headers.get(":event-type")
+        doc = loads(frame.payload)
+        if not isinstance(doc, dict) or not isinstance(event, str):
+            continue
+        if route.invoke:
+            content = event == "chunk" and _invoke_chunk(doc, info)
+        else:
+            handler = _CONVERSE.get(event)
+            content = handler(doc, info) if handler is not None else False
+        if content and len(info.content_ns) < MAX_CONTENT_TIMES:
+            info.content_ns.append(frame.ns)

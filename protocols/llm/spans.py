@@ -11,6 +11,8 @@ Time to first chunk is measured to the first *content* event (see events.py) fro
 Our attributes, not semconv (none exists for these; all times in seconds):
 - otel_ebpf.gen_ai.time_per_output_token: (last content chunk - first content chunk) /
   (output tokens - 1), the span-level value of gen_ai.server.time_per_output_token;
+  reasoning tokens the stream did not show (no reasoning text in it) are left out of the
+  count: they were generated before the first chunk;
 - otel_ebpf.gen_ai.output_tokens.source: where gen_ai.usage.output_tokens (and the
   division above) came from on a streamed response: "usage" (the count the API reported)
   or "chunks" (content chunks counted, when the stream reported no usage: one chunk is
@@ -19,7 +21,16 @@ Our attributes, not semconv (none exists for these; all times in seconds):
 - otel_ebpf.gen_ai.response.chunk_gap.max / .mean: gaps between consecutive content
   chunks (stalls show in max; no per-chunk span events, spans stay small);
 - otel_ebpf.gen_ai.response.chunks_lost: capture gaps in the stream (each lost at least
-  one event), set only when there were some.
+  one event), set only when there were some;
+- otel_ebpf.gen_ai.response.tool_calls.count / .names: the tool calls the model asked for
+  in its answer, and the tools' names in order (the first 32), never their arguments: a
+  summary that needs no content capture (semconv has only the full output messages).
+
+Usage details follow semconv: gen_ai.usage.cache_read.input_tokens,
+gen_ai.usage.cache_creation.input_tokens (both also counted in gen_ai.usage.input_tokens,
+as semconv asks, even where the API counts them apart: Anthropic, Bedrock) and
+gen_ai.usage.reasoning.output_tokens (counted in gen_ai.usage.output_tokens: Gemini's
+thoughts are added to its candidates' count).
 
 error.type: the API's error code from an error body (OpenAI's `code`, else the `type`
 OpenAI and Anthropic give), or from an error event inside a 200 stream (the span status
@@ -28,8 +39,9 @@ type (Ollama's errors are free text). With no response the HTTP parser's value s
 
 gen_ai.provider.name: the well-known value when the host is a known provider's API host;
 else the `provider` option; else by API dialect, honestly unspecific: "ollama" for
-Ollama's own API, "openai_compatible" / "anthropic_compatible" for a self-hosted server
-(vLLM, llama.cpp, a LiteLLM gateway...) speaking another vendor's API. "openai" there
+Ollama's own API, "openai_compatible" / "anthropic_compatible" / "gemini_compatible" /
+"bedrock_compatible" for a self-hosted server (vLLM, llama.cpp, a LiteLLM gateway...)
+speaking another vendor's API. "openai" there
 would attribute a local model's calls (and their cost) to OpenAI.
 """
 
@@ -41,9 +53,9 @@ from typing import Any
 from ..base import AttributeValue, Instrument, Measurement, NeutralSpan, SpanKind, StatusCode
 from ..layers import HTTPExchange
 from . import content
-from .endpoints import ANTHROPIC, EMBEDDINGS, OLLAMA, OPENAI, Route
+from .endpoints import ANTHROPIC, BEDROCK, EMBEDDINGS, GEMINI, OLLAMA, OPENAI, Route
 from .request import RequestInfo
-from .response import ResponseInfo
+from .response import MAX_TOOL_NAMES, ResponseInfo
 
 # semconv-advised bucket boundaries (semantic-conventions-genai, gen-ai-metrics.md)
 # fmt: off
@@ -92,6 +104,8 @@ CHUNK_COUNT = "otel_ebpf.gen_ai.response.chunk_count"
 CHUNK_GAP_MAX = "otel_ebpf.gen_ai.response.chunk_gap.max"
 CHUNK_GAP_MEAN = "otel_ebpf.gen_ai.response.chunk_gap.mean"
 CHUNKS_LOST = "otel_ebpf.gen_ai.response.chunks_lost"
+TOOL_CALL_COUNT = "otel_ebpf.gen_ai.response.tool_calls.count"
+TOOL_CALL_NAMES = "otel_ebpf.gen_ai.response.tool_calls.names"
 
 # API hosts of providers semconv names
 PROVIDER_HOSTS: Mapping[str, str] = {
@@ -107,11 +121,18 @@ PROVIDER_HOSTS: Mapping[str, str] = {
     "api.cohere.com": "cohere",
     "generativelanguage.googleapis.com": "gcp.gemini",
 }
-PROVIDER_HOST_SUFFIXES = ((".openai.azure.com", "azure.ai.openai"),)
+PROVIDER_HOST_SUFFIXES = (
+    (".openai.azure.com", "azure.ai.openai"),
+    ("-aiplatform.googleapis.com", "gcp.vertex_ai"),  # {region}-aiplatform...
+    ("aiplatform.googleapis.com", "gcp.vertex_ai"),  # the global endpoint
+)
+BEDROCK_HOST = ("bedrock-runtime.", ".amazonaws.com")  # bedrock-runtime.{region}.amazonaws.com
 DIALECT_PROVIDERS = {
     OPENAI: "openai_compatible",
     ANTHROPIC: "anthropic_compatible",
     OLLAMA: "ollama",
+    GEMINI: "gemini_compatible",
+    BEDROCK: "bedrock_compatible",
 }
 MAX_CHUNK_MEASUREMENTS = 4096  # per span: one per chunk gap, as semconv asks, but bounded
 NS = 1e9
@@ -125,6 +146,8 @@ def provider(host: str, configured: str | None, dialect: str) -> str:
     known = PROVIDER_HOSTS.get(name)
     if known is None:
         known = next((p for suffix, p in PROVIDER_HOST_SUFFIXES if name.endswith(suffix)), None)
+    if known is None and name.startswith(BEDROCK_HOST[0]) and name.endswith(BEDROCK_HOST[1]):
+        known = "aws.bedrock"
     return known or configured or DIALECT_PROVIDERS[dialect]
 
 
@@ -167,6 +190,10 @@ def _response_attributes(response: ResponseInfo, provider_name: str, attrs: Attr
         values["openai.response.system_fingerprint"] = response.system_fingerprint
     if response.dropped:
         values[CHUNKS_LOST] = response.dropped
+    if response.tool_names:
+        values[TOOL_CALL_COUNT] = len(response.tool_names)
+        names = [name for name in response.tool_names.values() if name][:MAX_TOOL_NAMES]
+        values[TOOL_CALL_NAMES] = names or None
     attrs.update({k: v for k, v in values.items() if v is not None})
 
 
@@ -191,6 +218,10 @@ class Timing:
         tokens, self.source = (
             (response.output_tokens, "usage") if response.output_tokens else (len(times), "chunks")
         )
+        if self.source == "usage" and response.reasoning_tokens and not response.reasoning_streamed:
+            # hidden reasoning (o-series, Gemini's thoughts without includeThoughts) was
+            # generated before the first chunk: it is in the output count, not in the pace
+            tokens -= min(response.reasoning_tokens, tokens)
         if len(times) >= 2 and tokens >= 2:
             self.per_token = (times[-1] - times[0]) / NS / (tokens - 1)
 

@@ -178,6 +178,25 @@ async def read_json(request: Request) -> dict:
     return body
 
 
+def request_settings(request: Request) -> Settings:
+    """The server defaults with this request's x-test-* timing headers (every local LLM
+    server here takes them); BadRequest for a bad header or too long a generation."""
+    defaults: Settings = request.app.state.settings
+    first = _header_num(request, "x-test-first-token-ms", float, 0.0, MAX_DELAY_S * 1000)
+    interval = _header_num(request, "x-test-token-interval-ms", float, 0.0, MAX_DELAY_S * 1000)
+    count = _header_num(request, "x-test-tokens", int, 0, MAX_TOKENS)
+    settings = replace(
+        defaults,
+        first_token_delay=defaults.first_token_delay if first is None else first / 1000,
+        token_interval=defaults.token_interval if interval is None else interval / 1000,
+        tokens=defaults.tokens if count is None else count,
+    )
+    n = settings.tokens
+    if settings.first_token_delay + max(n - 1, 0) * settings.token_interval > MAX_GENERATION_S:
+        raise BadRequest(400, f"a generation may last at most {MAX_GENERATION_S:.0f} s")
+    return settings
+
+
 def plan_for(request: Request, body: dict, required: str, cap: int | None) -> Plan:
     """Check the request, then merge the server defaults with the x-test-* headers."""
     status = _header_num(request, "x-test-status", int, 100, 599)
@@ -195,19 +214,8 @@ def plan_for(request: Request, body: dict, required: str, cap: int | None) -> Pl
                               "access to it.", code="model_not_found", param="model")
         err.model = model
         raise err
-    defaults: Settings = request.app.state.settings
-    first = _header_num(request, "x-test-first-token-ms", float, 0.0, MAX_DELAY_S * 1000)
-    interval = _header_num(request, "x-test-token-interval-ms", float, 0.0, MAX_DELAY_S * 1000)
-    count = _header_num(request, "x-test-tokens", int, 0, MAX_TOKENS)
-    settings = replace(
-        defaults,
-        first_token_delay=defaults.first_token_delay if first is None else first / 1000,
-        token_interval=defaults.token_interval if interval is None else interval / 1000,
-        tokens=defaults.tokens if count is None else count,
-    )
+    settings = request_settings(request)
     n = settings.tokens
-    if settings.first_token_delay + max(n - 1, 0) * settings.token_interval > MAX_GENERATION_S:
-        raise BadRequest(400, f"a generation may last at most {MAX_GENERATION_S:.0f} s")
     truncated = isinstance(cap, int) and not isinstance(cap, bool) and 0 <= cap < n
     if truncated:
         n = cap
@@ -576,18 +584,32 @@ def openai_server(first_token_delay: float = 0.2, token_interval: float = 0.05,
     """Start the server with `python -m tests.support.openai_server` and wait (bounded)
     until /health answers; stop it on exit. `tls`: (certificate, key, CA that signed
     them): serve HTTPS."""
+    with server_process("tests.support.openai_server", first_token_delay, token_interval,
+                        tokens, port, log, env, start_timeout_s, tls) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def server_process(module: str, first_token_delay: float = 0.2, token_interval: float = 0.05,
+                   tokens: int = 10, port: int | None = None, log: Path | None = None,
+                   env: dict | None = None, start_timeout_s: float = 20.0,
+                   tls: tuple[Path, Path, Path] | None = None) -> Iterator[RunningServer]:
+    """Run `python -m module --port N` with the timing options (every local LLM server
+    here takes them) and wait, bounded, until its /health answers."""
     import urllib.request
 
+    settings = Settings(first_token_delay, token_interval, tokens)
     port = port or free_port()
+    name = module.rpartition(".")[2]
     if log is None:
-        fd, name = __import__("tempfile").mkstemp(prefix="openai-server-", suffix=".log")
+        fd, path = __import__("tempfile").mkstemp(prefix=f"{name}-", suffix=".log")
         os.close(fd)
-        log = Path(name)
+        log = Path(path)
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.openai_server", "--port", str(port),
-             "--first-token-delay", str(first_token_delay),
-             "--token-interval", str(token_interval), "--tokens", str(tokens),
+            [sys.executable, "-m", module, "--port", str(port),
+             "--first-token-delay", str(settings.first_token_delay),
+             "--token-interval", str(settings.token_interval), "--tokens", str(settings.tokens),
              *(["--ssl-certfile", str(tls[0]), "--ssl-keyfile", str(tls[1])] if tls else [])],
             cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
         )
@@ -595,7 +617,7 @@ def openai_server(first_token_delay: float = 0.2, token_interval: float = 0.05,
         deadline = time.monotonic() + start_timeout_s
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"openai_server exited with {proc.returncode}:\n"
+                raise RuntimeError(f"{name} exited with {proc.returncode}:\n"
                                    f"{log.read_text()[-2000:]}")
             try:
                 scheme = "https" if tls else "http"
@@ -605,7 +627,7 @@ def openai_server(first_token_delay: float = 0.2, token_interval: float = 0.05,
                     break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"openai_server not up on {port} after "
+                    raise TimeoutError(f"{name} not up on {port} after "
                                        f"{start_timeout_s}s") from None
                 time.sleep(0.05)
         yield RunningServer(port, proc, log, "https" if tls else "http")
@@ -613,10 +635,20 @@ def openai_server(first_token_delay: float = 0.2, token_interval: float = 0.05,
         stop_process(proc)
 
 
-def main(argv: list[str] | None = None) -> None:
+def app_for(settings: Settings, routes: list[Route], **state) -> Starlette:
+    """A Starlette app with these routes and /health, the settings and `state` on it."""
+    app = Starlette(routes=[*routes, Route("/health", health)])
+    app.state.settings = settings
+    for name, value in state.items():
+        setattr(app.state, name, value)
+    return app
+
+
+def serve(app_factory, argv: list[str] | None = None, description: str = "") -> None:
+    """The command line every local LLM server here shares: port, timing, TLS."""
     import uvicorn
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--first-token-delay", type=float, default=Settings.first_token_delay,
                         help="seconds from request to first content token")
@@ -631,10 +663,14 @@ def main(argv: list[str] | None = None) -> None:
     settings = Settings(min(max(args.first_token_delay, 0.0), MAX_DELAY_S),
                         min(max(args.token_interval, 0.0), MAX_DELAY_S),
                         min(max(args.tokens, 0), MAX_TOKENS))
-    uvicorn.run(create_app(settings), host="127.0.0.1", port=args.port,
+    uvicorn.run(app_factory(settings), host="127.0.0.1", port=args.port,
                 log_level="info" if args.access_log else "warning",
                 access_log=args.access_log, ssl_certfile=args.ssl_certfile,
                 ssl_keyfile=args.ssl_keyfile)
+
+
+def main(argv: list[str] | None = None) -> None:
+    serve(create_app, argv, __doc__.split("\n\n")[0])
 
 
 if __name__ == "__main__":

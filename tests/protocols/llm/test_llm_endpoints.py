@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from otel_ebpf.protocols.layers import first_wanting
 from otel_ebpf.protocols.llm import LLMLayer
-from otel_ebpf.protocols.llm.endpoints import Endpoints, Route
+from otel_ebpf.protocols.llm.endpoints import BUILTIN_CAPTURE, Endpoints, Route
 from otel_ebpf.protocols.vectordb import VectorDBLayer
 
 BUILTIN = {
@@ -103,7 +103,8 @@ def test_invalid_options_are_refused(options):
 
 def test_capture_prefixes_default():
     prefixes = LLMLayer().capture_prefixes()
-    assert set(prefixes) == set(BUILTIN)
+    # the built-in paths, and Gemini's (its paths name the model after "/models/")
+    assert set(prefixes) == set(BUILTIN) | {"/v1beta/models/"}
     # the kernel keys a path by its first 8 bytes: each built-in path must be that long
     assert all(len(p.encode()) >= 8 for p in prefixes)
     assert "/v1/chat/completions" in prefixes and "/api/chat" in prefixes
@@ -113,8 +114,9 @@ def test_capture_prefixes_add_configured_ones_bounded():
     extra = ["/openai/deployments", {"prefix": "/gw/openai", "api": "openai"}]
     extra += [f"/p{i}" for i in range(30)] + ["/" + "x" * 60]
     prefixes = LLMLayer({"extra_paths": extra}).capture_prefixes()
-    assert prefixes[: len(BUILTIN)] == tuple(BUILTIN)
-    assert prefixes[len(BUILTIN) : len(BUILTIN) + 2] == ("/openai/deployments", "/gw/openai")
+    assert prefixes[: len(BUILTIN_CAPTURE)] == BUILTIN_CAPTURE
+    assert prefixes[len(BUILTIN_CAPTURE) : len(BUILTIN_CAPTURE) + 2] == (
+        "/openai/deployments", "/gw/openai")
     assert len(prefixes) == 16
     assert all(len(p.encode()) <= 31 for p in prefixes)
 
@@ -136,3 +138,16 @@ def test_llm_first_then_vectordb_split_the_paths():
 def test_body_limit_option():
     assert LLMLayer().body_limit == 1 << 20
     assert LLMLayer({"body_limit": 8 << 20}).body_limit == 8 << 20
+
+
+def test_default_layers_fit_the_kernels_wide_keys():
+    # every built-in prefix of every layer must get a kernel key, or its long prompts lose
+    # their model and settings: the kernel table holds MAX_WIDE_KEYS 8-byte path heads
+    from otel_ebpf.protocols.registry import Registry
+
+    from otel_ebpf.kernel.abi import MAX_WIDE_KEYS
+
+    prefixes = Registry.from_config(["http1", "http2", "llm", "vectordb"], {}).wide_prefixes()
+    heads = {p.encode()[:8] for p in prefixes}
+    assert len(heads) <= MAX_WIDE_KEYS, sorted(heads)
+    assert b"/v1beta/" in heads

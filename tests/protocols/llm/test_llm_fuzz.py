@@ -1,5 +1,6 @@
-"""LLMLayer.enrich never raises: hostile JSON in every dialect's shapes, whole, streamed as SSE
-or NDJSON, cut by gaps; and plain garbage under any content type and status."""
+"""LLMLayer.enrich never raises: hostile JSON in every dialect's shapes, whole, streamed as SSE,
+NDJSON or AWS event stream frames, cut by gaps; and plain garbage under any content type
+and status."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from otel_ebpf.protocols.base import Role
 from otel_ebpf.protocols.llm import LLMLayer
-from otel_ebpf.protocols.llm.endpoints import BUILTIN
+from otel_ebpf.protocols.llm.endpoints import BUILTIN, Endpoints
+from otel_ebpf.protocols.llm.eventstream import encode_frame
 
 from .build import Lost, body, exchange, http_span, json_values
 
@@ -72,7 +74,52 @@ VOCABULARY = [
     "stream",
     "options",
     "data",
+    # Gemini
+    "candidates",
+    "parts",
+    "thought",
+    "functionCall",
+    "args",
+    "finishReason",
+    "usageMetadata",
+    "promptTokenCount",
+    "candidatesTokenCount",
+    "thoughtsTokenCount",
+    "cachedContentTokenCount",
+    "toolUsePromptTokenCount",
+    "modelVersion",
+    "responseId",
+    "contents",
+    "systemInstruction",
+    "generationConfig",
+    "maxOutputTokens",
+    "embedding",
+    # Bedrock
+    "stopReason",
+    "inputTokens",
+    "outputTokens",
+    "cacheReadInputTokens",
+    "cacheWriteInputTokens",
+    "contentBlockIndex",
+    "start",
+    "toolUse",
+    "toolUseId",
+    "reasoningContent",
+    "reasoningText",
+    "inferenceConfig",
+    "maxTokens",
+    "bytes",
+    "amazon-bedrock-invocationMetrics",
+    "inputTokenCount",
+    "outputTokenCount",
+    "generation",
+    "outputText",
+    "results",
+    "__type",
 ]
+# the frame event types of Bedrock's streams
+FRAME_EVENTS = ["messageStart", "contentBlockStart", "contentBlockDelta", "contentBlockStop",
+                "messageStop", "metadata", "chunk"]
 EVENT_TYPES = [
     "message_start",
     "content_block_start",
@@ -103,7 +150,18 @@ documents = st.recursive(
     max_leaves=25,
 )
 shapes = st.dictionaries(st.sampled_from(VOCABULARY), documents, max_size=6)
-ROUTES = sorted(BUILTIN)
+# path-shaped dialects: the model in the path
+PATH_ROUTES = [
+    "/v1beta/models/gemini-2.5-flash:generateContent",
+    "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+    "/v1beta/models/text-embedding-004:embedContent",
+    "/model/anthropic.claude-v2%3A1/converse",
+    "/model/anthropic.claude-v2%3A1/converse-stream",
+    "/model/anthropic.claude-v2%3A1/invoke",
+    "/model/meta.llama3/invoke-with-response-stream",
+    "/model/amazon.titan-embed-text-v2:0/invoke",
+]
+ROUTES = sorted(BUILTIN) + PATH_ROUTES
 OPTIONS = [None, {"capture_content": True, "max_content_bytes": 64}, {"capture_content": True}]
 
 
@@ -111,8 +169,9 @@ def run(path, request, response, content_type, status, role, options):
     ex = exchange(path, request, response, status=status, response_type=content_type, role=role)
     span = http_span(ex)
     LLMLayer(options).enrich(ex, span)
-    assert span.name.split(" ")[0] == BUILTIN[path].operation
-    assert span.attributes["gen_ai.operation.name"] == BUILTIN[path].operation
+    operation = Endpoints().route("POST", path).operation
+    assert span.name.split(" ")[0] == operation
+    assert span.attributes["gen_ai.operation.name"] == operation
     for value in span.attributes.values():  # only OTLP attribute value types
         assert isinstance(value, str | bool | int | float | list)
     for key in ("gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions"):
@@ -125,15 +184,22 @@ def run(path, request, response, content_type, status, role, options):
     path=st.sampled_from(ROUTES),
     request=shapes,
     events=st.lists(shapes, max_size=6),
-    framing=st.sampled_from(["json", "sse", "ndjson"]),
+    framing=st.sampled_from(["json", "sse", "ndjson", "eventstream"]),
+    frame_event=st.sampled_from(FRAME_EVENTS),
     cut=st.integers(0, 3),
     role=st.sampled_from([Role.CLIENT, Role.SERVER]),
     options=st.sampled_from(OPTIONS),
     status=st.sampled_from([200, 200, 400, 500]),
 )
-def test_hostile_json_never_raises(path, request, events, framing, cut, role, options, status):
+def test_hostile_json_never_raises(
+    path, request, events, framing, frame_event, cut, role, options, status
+):
     blobs = [orjson.dumps(doc) for doc in events] or [b"{}"]
-    if framing == "json":
+    if framing == "eventstream":
+        headers = {":event-type": frame_event, ":message-type": "event"}
+        pieces = [encode_frame(headers, b) for b in blobs]
+        content_type = "application/vnd.amazon.eventstream"
+    elif framing == "json":
         pieces, content_type = [blobs[0]], "application/json"
     elif framing == "sse":
         pieces, content_type = [b"data: " + b + b"\n\n" for b in blobs], "text/event-stream"
@@ -150,7 +216,8 @@ def test_hostile_json_never_raises(path, request, events, framing, cut, role, op
     request=st.binary(max_size=300),
     response=st.lists(st.binary(min_size=1, max_size=80), max_size=5),
     content_type=st.sampled_from(
-        ["", "application/json", "text/event-stream", "application/x-ndjson", "text/plain"]
+        ["", "application/json", "text/event-stream", "application/x-ndjson", "text/plain",
+         "application/vnd.amazon.eventstream"]
     ),
     status=st.sampled_from([None, 200, 201, 404, 503]),
     role=st.sampled_from([Role.CLIENT, Role.SERVER]),
