@@ -1,4 +1,4 @@
 """Coverage-guided fuzzing of every protocol parser (atheris); see bench/fuzz/README.md."""
 
 # one per parser and HTTP layer; http1_fast: the compiled HTTP/1 heads against llhttp
-TARGETS = ("http1", "http1_fast", "http2", "llm", "vectordb", "rtps")
+TARGETS = ("http1", "http1_fast", "http2", "llm", "vectordb", "mcp", "rtps")
