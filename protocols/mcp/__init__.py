@@ -18,6 +18,10 @@ Options (`receivers.ebpf.protocols.mcp`):
     whole session, so a long one may want more.
   max_pending: requests and answers that wait for their other half on another exchange
     (4096); the oldest requests beyond it are exported as unanswered.
+  session_id: export mcp.session.id (true). MCP forbids using a session for
+    authentication, but an HTTP+SSE server that does not bind a session to its user lets
+    whoever knows the id post into it: false keeps it on the host (it is still used to
+    pair messages).
 """
 
 from __future__ import annotations
@@ -78,6 +82,10 @@ class MCPLayer(HTTPLayer):
             self.options, "max_content_bytes", DEFAULT_MAX_CONTENT_BYTES, 2))
         self.body_limit = _int_option(self.options, "body_limit", self.body_limit, 0)
         self.pairs = Pairs(_int_option(self.options, "max_pending", DEFAULT_MAX_PENDING, 1))
+        export = self.options.get("session_id", True)
+        if not isinstance(export, bool):
+            raise ValueError(f"mcp.session_id: expected true or false, got {export!r}")
+        self.export_session = export
 
     def wants(self, method: str, target: str) -> bool:
         post = method == "POST"
@@ -117,6 +125,7 @@ class _Exchange:
         self.session = exchange.response_headers.get(SESSION_HEADER) \
             or exchange.request_headers.get(SESSION_HEADER) or legacy
         self.transport = HTTP_SSE if legacy else STREAMABLE_HTTP
+        self.shown = self.session if layer.export_session else ""  # mcp.session.id
         self.headers = exchange.request_headers
         self.more: list[NeutralSpan] = []
         self.renamed = False
@@ -174,7 +183,7 @@ class _Exchange:
         kind = SpanKind.CLIENT if self.client else SpanKind.SERVER
         attrs: spans.Attributes = {}
         version = spans.protocol_version(self.headers, msg, answer)
-        spans.operation_attributes(msg, answer, self.session, version, self.layer.content,
+        spans.operation_attributes(msg, answer, self.shown, version, self.layer.content,
                                    attrs)
         attrs[TRANSPORT_ATTRIBUTE] = self.transport
         if not self.renamed:  # the exchange's own span becomes the first operation's
@@ -195,8 +204,8 @@ class _Exchange:
     def _mark_http_span(self) -> None:
         """An exchange that carried no request of its own (a GET stream, a posted answer)
         stays an HTTP span, with the session it belongs to."""
-        if self.session:
-            self.span.attributes["mcp.session.id"] = self.session
+        if self.shown:
+            self.span.attributes["mcp.session.id"] = self.shown
         self.span.attributes[TRANSPORT_ATTRIBUTE] = self.transport
 
     # --- what the response body brought ------------------------------------------------
@@ -205,7 +214,7 @@ class _Exchange:
         """A notification the server sent on a stream: an instant on each side."""
         kind = SpanKind.SERVER if self.client else SpanKind.CLIENT
         attrs = self._transport_attributes()
-        spans.operation_attributes(msg, None, self.session, spans.protocol_version(
+        spans.operation_attributes(msg, None, self.shown, spans.protocol_version(
             self.headers, msg), self.layer.content, attrs)
         self.more.append(spans.new_span(spans.span_name(msg), kind, msg.ns, msg.ns,
                                         self.conn, attrs, None))
@@ -218,8 +227,8 @@ class _Exchange:
         # the span's kind in this process: who asked, seen from this side
         kind = SpanKind.CLIENT if (asker == "c") == self.client else SpanKind.SERVER
         attrs = self._transport_attributes()
-        if self.session:
-            attrs["mcp.session.id"] = self.session
+        if self.shown:
+            attrs["mcp.session.id"] = self.shown
         half = Half(msg, ns, self.conn, kind, attrs)
         pair = self.layer.pairs.add((self.conn.pid, self.session, asker, msg.id), half)
         if pair is None:
@@ -227,7 +236,7 @@ class _Exchange:
         request, answer = pair
         attrs = request.attributes
         version = spans.protocol_version(self.headers, request.message, answer.message)
-        spans.operation_attributes(request.message, answer.message, self.session, version,
+        spans.operation_attributes(request.message, answer.message, self.shown, version,
                                    self.layer.content, attrs)
         # both ends compute the same identity: the asker's span is the answerer's parent
         identity = f"mcp/{self.session}/{asker}/{msg.id}" if self.session else ""

@@ -223,3 +223,43 @@ def test_a_cut_body_costs_the_operation_not_the_http_span():
     (span,) = tracker.spans()
     assert span.name == "POST"
     assert span.attributes["http.response.status_code"] == 200
+
+
+def test_the_session_id_can_stay_on_the_host():
+    layer = MCPLayer({"session_id": False})
+    answer = sse_head(session=SESSION) + sse_chunk(RESULT) + SSE_END
+    (span,) = _mcp(_exchange(Role.CLIENT, post("/mcp", CALL, session=SESSION), answer,
+                             "whole", layer))
+    assert span.name == "tools/call get_weather"
+    assert SESSION not in repr(span.attributes)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"paths": "/mcp"}, "mcp.paths: expected a list of paths starting with '/'"),
+    ({"sse_paths": ["sse"]}, "mcp.sse_paths: expected a list of paths starting with '/'"),
+    ({"capture_content": "false"}, "mcp.capture_content: expected true or false"),
+    ({"session_id": 1}, "mcp.session_id: expected true or false"),
+    ({"max_content_bytes": 1}, "mcp.max_content_bytes: expected an integer >= 2"),
+    ({"max_pending": True}, "mcp.max_pending: expected an integer >= 1"),
+    ({"body_limit": -1}, "mcp.body_limit: expected an integer >= 0"),
+])
+def test_bad_options_are_refused_with_their_name(options, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        MCPLayer(options)
+
+
+@pytest.mark.parametrize(("method", "target", "wanted"), [
+    ("POST", "/mcp", True), ("GET", "/mcp", True), ("POST", "/mcp/", True),
+    ("POST", "/mcp/tenant-1", True), ("POST", "/mcpx", False), ("DELETE", "/mcp", False),
+    ("GET", "/sse", True), ("POST", "/sse", False),
+    ("POST", "/messages/?session_id=abc", True), ("POST", "/messages?sessionId=abc", True),
+    ("POST", "/messages/", False),  # a chat API's messages, not an MCP session's
+    ("GET", "/messages/?session_id=abc", False), ("POST", "/v1/chat/completions", False),
+])
+def test_which_requests_the_layer_takes(method, target, wanted):
+    assert MCPLayer().wants(method, target) is wanted
+
+
+def test_capture_prefixes_are_what_the_kernel_can_match():
+    assert MCPLayer().capture_prefixes() == ("/mcp HTT", "/messages")
+    assert all(len(p) >= 8 for p in MCPLayer({"paths": ["/a", "/tools/mcp"]}).capture_prefixes())
