@@ -31,11 +31,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans  # noqa: E402
-from otel_ebpf import _fast  # noqa: E402
 from otel_ebpf.protocols.base import Direction, Role  # noqa: E402
 from otel_ebpf.protocols.registry import Registry  # noqa: E402
 
 from bench.side_by_side import publish  # noqa: E402
+from otel_ebpf import _fast  # noqa: E402
 from otel_ebpf.conntrack.table import ConnTable  # noqa: E402
 from otel_ebpf.correlate import Correlator, assign_ids  # noqa: E402
 from otel_ebpf.export.file import to_otlp_json  # noqa: E402

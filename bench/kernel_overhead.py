@@ -40,22 +40,14 @@ from bench.side_by_side import cost_table, publish, rounds  # noqa: E402
 
 LOOP = r"""
 import json, os, socket, sys, time
-port, n, size = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-srv.bind(("127.0.0.1", port)); srv.listen()
-a = socket.create_connection(("127.0.0.1", port)); b, _ = srv.accept()
-fa, fb, msg = a.fileno(), b.fileno(), b"x" * size
-for _ in range(1000):  # warm up
-    os.write(fa, msg); os.read(fb, size)
-t0 = time.perf_counter_ns()
-for _ in range(n):
-    os.write(fa, msg); os.read(fb, size)
-print(json.dumps({"ns_per_pair": (time.perf_counter_ns() - t0) / n}))
-"""
-PIPE_LOOP = r"""
-import json, os, sys, time
-n, size = int(sys.argv[2]), int(sys.argv[3])
-fb, fa = os.pipe()
+port, n, size, kind = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+if kind == "pipe":
+    fb, fa = os.pipe()
+else:
+    srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", port)); srv.listen()
+    a = socket.create_connection(("127.0.0.1", port)); b, _ = srv.accept()
+    fa, fb = a.fileno(), b.fileno()
 msg = b"x" * size
 for _ in range(1000):  # warm up
     os.write(fa, msg); os.read(fb, size)
@@ -64,7 +56,7 @@ for _ in range(n):
     os.write(fa, msg); os.read(fb, size)
 print(json.dumps({"ns_per_pair": (time.perf_counter_ns() - t0) / n}))
 """
-PIPE = False  # --pipe: the loop above instead of LOOP
+PIPE = False  # --pipe: the loop writes and reads a pipe instead of a TCP connection
 
 
 def free_port() -> int:
@@ -76,8 +68,8 @@ def free_port() -> int:
 
 
 def run_loop(port: int, iterations: int, size: int) -> float:
-    out = subprocess.run([sys.executable, "-c", PIPE_LOOP if PIPE else LOOP, str(port),
-                          str(iterations), str(size)],
+    out = subprocess.run([sys.executable, "-c", LOOP, str(port), str(iterations), str(size),
+                          "pipe" if PIPE else "tcp"],
                          capture_output=True, text=True, check=True, timeout=600)
     return json.loads(out.stdout)["ns_per_pair"]
 

@@ -18,6 +18,7 @@ import atheris
 from bench.fuzz import TARGETS
 
 with atheris.instrument_imports(include=["otel_ebpf"]):
+    import otel_ebpf.protocols.http1.parse  # noqa: F401  (both head paths)
     from otel_ebpf.protocols.base import Direction, Role
     from otel_ebpf.protocols.http1 import HTTP1Parser
     from otel_ebpf.protocols.http2 import HTTP2Parser
@@ -28,7 +29,6 @@ with atheris.instrument_imports(include=["otel_ebpf"]):
     from otel_ebpf.protocols.vectordb import CAPTURE_PREFIXES, VectorDBLayer
 
     import otel_ebpf.conntrack.connection  # noqa: F401  (the tracker around the parser)
-    import otel_ebpf.protocols.http1.parse  # noqa: F401  (both head paths)
 
 # the same seed pieces the CI property tests use, so the fuzzer starts deep in each protocol
 from tests.protocols.conftest import ConnectionDriver, conn_info  # noqa: E402
