@@ -79,9 +79,10 @@ def main() -> None:
         parse = [r["parse and correlate"] for r in runs[name]]
         path = [sum(r[k] for k in STAGES) for r in runs[name]]
         lines.append(f"| {name} | {per} | {cell(parse)} | {cell(path)} |")
+    lines.append("")
     for name, *_ in WORKLOADS[1:]:
         path = statistics.median(sum(r[k] for k in STAGES) for r in runs[name])
-        lines.append(f"\n- {name}: +{path - base:.1f} µs per exchange over the layer off.")
+        lines.append(f"- {name}: +{path - base:.1f} µs per exchange over the layer off.")
     publish(lines, args.out)
 
 
