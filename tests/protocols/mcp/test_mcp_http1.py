@@ -261,5 +261,12 @@ def test_which_requests_the_layer_takes(method, target, wanted):
 
 
 def test_capture_prefixes_are_what_the_kernel_can_match():
-    assert MCPLayer().capture_prefixes() == ("/mcp HTT", "/messages")
+    from otel_ebpf.kernel import abi
+    from otel_ebpf.protocols.registry import Registry
+
+    # with the LLM and vector-DB layers' keys, the kernel's table still holds MCP's
+    enabled = Registry.from_config(["http1", "llm", "vectordb", "mcp"], {})
+    keys = {p.encode()[:8] for p in enabled.wide_prefixes()}
+    assert len(keys) <= abi.MAX_WIDE_KEYS and b"/mcp HTT" in keys
+    assert MCPLayer().capture_prefixes() == ("/mcp HTT",)
     assert all(len(p) >= 8 for p in MCPLayer({"paths": ["/a", "/tools/mcp"]}).capture_prefixes())
