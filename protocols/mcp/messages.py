@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
@@ -21,19 +22,19 @@ ERROR = "error"  # a JSON-RPC error object
 
 # query keys the HTTP+SSE transport names its session by (the Python and TypeScript SDKs)
 SESSION_QUERY_KEYS = ("session_id", "sessionId")
-_EMPTY: Mapping[str, Any] = {}
+_EMPTY: Mapping[str, Any] = MappingProxyType({})  # shared: never written
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
+class Message(NamedTuple):
     """One JSON-RPC message. `id` is the request id as a string (semconv's
-    jsonrpc.request.id), None for notifications and for a null id."""
+    jsonrpc.request.id), None for notifications and for a null id. A named tuple: one is
+    made per message, and a dataclass called with keywords costs several times more."""
 
     kind: str
     ns: int  # kernel time of the bytes that carried it (an SSE event's last piece)
     method: str = ""
     id: str | None = None
-    params: Mapping[str, Any] = field(default_factory=dict)
+    params: Mapping[str, Any] = _EMPTY
     result: Any = None
     error_code: int | None = None
     error_message: str = ""
@@ -76,21 +77,21 @@ def message(doc: Any, ns: int) -> Message | None:
         params = doc.get("params")
         params = params if isinstance(params, dict) else _EMPTY
         if "id" in doc:
-            return Message(REQUEST, ns, method, _request_id(doc["id"]), params, version=version)
-        return Message(NOTIFICATION, ns, method, None, params, version=version)
+            return Message(REQUEST, ns, method, _request_id(doc["id"]), params, None, None, "",
+                           version)
+        return Message(NOTIFICATION, ns, method, None, params, None, None, "", version)
     if method is not None:
         return None
     if "result" in doc:
-        return Message(RESPONSE, ns, id=_request_id(doc.get("id")), result=doc["result"],
-                       version=version)
+        return Message(RESPONSE, ns, "", _request_id(doc.get("id")), _EMPTY, doc["result"],
+                       None, "", version)
     error = doc.get("error")
     if isinstance(error, dict):
         code = error.get("code")
         text = error.get("message")
-        return Message(ERROR, ns, id=_request_id(doc.get("id")),
-                       error_code=code if isinstance(code, int) and not isinstance(code, bool)
-                       else None,
-                       error_message=text if isinstance(text, str) else "", version=version)
+        return Message(ERROR, ns, "", _request_id(doc.get("id")), _EMPTY, None,
+                       code if isinstance(code, int) and not isinstance(code, bool) else None,
+                       text if isinstance(text, str) else "", version)
     return None
 
 
