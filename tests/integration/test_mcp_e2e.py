@@ -89,10 +89,18 @@ def test_sdk_tool_calls_give_mcp_spans_on_both_sides(start_agent, servers):
     for mode in modes:
         port = servers[TRANSPORTS[mode][0]]
         results = run_client(port, mode, city, reason)
-        assert [(r["tool"], r["is_error"]) for r in results] == [
-            ("get_weather", False), ("fail", True)]
+        expected = [("get_weather", False), ("fail", True)]
+        if mode == "legacy":
+            expected.insert(1, ("summarize", False))
+            assert results[1]["text"] == "in short"  # the client's model answered
+        assert [(r["tool"], r["is_error"]) for r in results] == expected
         assert results[0]["text"] == f"sunny in {city}"
-    spans = agent.wait_for(each_call_on_both_sides(servers, modes), timeout_s=60)
+
+    def done(spans: list[Span]) -> bool:
+        sampled = [s for s in spans if s.name == "sampling/createMessage"]
+        return each_call_on_both_sides(servers, modes)(spans) and len(sampled) >= 2
+
+    spans = agent.wait_for(done, timeout_s=60)
     for mode in modes:
         transport = TRANSPORTS[mode][0]
         port = servers[transport]
@@ -126,6 +134,19 @@ def test_sdk_tool_calls_give_mcp_spans_on_both_sides(start_agent, servers):
               and s.attrs.get("otel_ebpf.mcp.transport") == "streamable_http"]
     assert {s.attrs["mcp.method.name"] for s in legacy if "mcp.method.name" in s.attrs} >= {
         "initialize", "notifications/initialized", "tools/call", "notifications/message"}
+    # the server's own request, on the tools/call's event stream, answered by a POST: a
+    # CLIENT span in the server, a SERVER span in the client, parent and child
+    sampled = {s.kind: s for s in spans if s.name == "sampling/createMessage"}
+    assert sorted(sampled) == [SERVER, CLIENT], [(s.name, s.kind) for s in spans]
+    asker, answerer = sampled[CLIENT], sampled[SERVER]
+    assert asker.resource["service.name"] == "mcp-weather"
+    assert answerer.resource["service.name"] != "mcp-weather"
+    assert answerer.parent_span_id == asker.span_id and answerer.trace_id == asker.trace_id
+    assert asker.attrs["jsonrpc.request.id"] == answerer.attrs["jsonrpc.request.id"]
+    assert asker.attrs["mcp.session.id"] == answerer.attrs["mcp.session.id"]
+    assert asker.start <= asker.end and answerer.start <= answerer.end
+    summarize = calls(spans, "summarize", servers["streamable-http"])
+    assert [len(summarize[CLIENT]), len(summarize[SERVER])] == [1, 1]
     sse = calls(spans, "get_weather", servers["sse"])
     sessions = {s.attrs["mcp.session.id"] for s in sse[CLIENT] + sse[SERVER]}
     assert len(sessions) == 1 and all(sessions)
