@@ -261,8 +261,9 @@ def test_which_requests_the_layer_takes(method, target, wanted):
 
 
 def test_capture_prefixes_are_what_the_kernel_can_match():
-    from otel_ebpf.kernel import abi
     from otel_ebpf.protocols.registry import Registry
+
+    from otel_ebpf.kernel import abi
 
     # with the LLM and vector-DB layers' keys, the kernel's table still holds MCP's
     enabled = Registry.from_config(["http1", "llm", "vectordb", "mcp"], {})
