@@ -54,7 +54,7 @@ RESPONSE = (b"HTTP/1.1 200 OK\r\ndate: Wed, 02 Dec 2026 10:00:00 GMT\r\nserver: 
 BATCH = 64  # events per ring-buffer drain, about what the agent sees under load
 
 
-def events(exchanges: int) -> list:
+def events(exchanges: int, request: bytes = REQUEST, response: bytes = RESPONSE) -> list:
     """Both ends of `exchanges` keep-alive requests: a client and a server connection."""
     out: list = []
     ends = {Role.CLIENT: (100, 5, 1), Role.SERVER: (200, 9, 2)}
@@ -67,10 +67,10 @@ def events(exchanges: int) -> list:
     pos = {k: [0, 0] for k in ends.values()}
     t = 1_000
     for _ in range(exchanges):
-        for role, direction, payload in ((Role.CLIENT, Direction.EGRESS, REQUEST),
-                                         (Role.SERVER, Direction.INGRESS, REQUEST),
-                                         (Role.SERVER, Direction.EGRESS, RESPONSE),
-                                         (Role.CLIENT, Direction.INGRESS, RESPONSE)):
+        for role, direction, payload in ((Role.CLIENT, Direction.EGRESS, request),
+                                         (Role.SERVER, Direction.INGRESS, request),
+                                         (Role.SERVER, Direction.EGRESS, response),
+                                         (Role.CLIENT, Direction.INGRESS, response)):
             key, t = ends[role], t + 1_000
             p = pos[key][direction]
             seq = (1_000 + p) & 0xFFFFFFFF
@@ -95,25 +95,31 @@ def record_of(ev) -> bytes:
                          b"\0" * 16, 0, 0, ev.task) + ev.payload
 
 
-def one_round(exchanges: int, profile: cProfile.Profile | None, compiled: bool
-              ) -> dict[str, float]:
+ENABLED = ("http1", "http2", "rtps", "llm", "vectordb")
+
+
+def one_round(exchanges: int, profile: cProfile.Profile | None, compiled: bool,
+              **workload) -> dict[str, float]:
     saved = _fast.http1, _fast.otlp
     if not compiled:  # HTTP/1 states made from now on parse every head with llhttp
         _fast.http1 = _fast.otlp = None
     try:
-        return _one_round(exchanges, profile if compiled else None, compiled)
+        return _one_round(exchanges, profile if compiled else None, compiled, **workload)
     finally:
         _fast.http1, _fast.otlp = saved
 
 
-def _one_round(exchanges: int, profile: cProfile.Profile | None, compiled: bool
-               ) -> dict[str, float]:
+def _one_round(exchanges: int, profile: cProfile.Profile | None, compiled: bool,
+               enabled: tuple[str, ...] = ENABLED, request: bytes = REQUEST,
+               response: bytes = RESPONSE, spans_per_exchange: int = 2) -> dict[str, float]:
+    """One pass over every stage; `enabled`, the bytes of each exchange and the spans each
+    gives may be another workload's (bench/mcp_cost.py)."""
     stats = Stats()
-    registry = Registry.from_config(["http1", "http2", "rtps", "llm", "vectordb"],
+    registry = Registry.from_config(list(enabled),
                                     {"http1": {"correlation_headers": ["x-request-id"]}})
     table = ConnTable(registry, stats, 65536, 300 * 10**9)
     correlator = Correlator(stats, 2 * 10**9, ("x-request-id",), max_requests=100_000)
-    records = [record_of(ev) for ev in events(exchanges)]
+    records = [record_of(ev) for ev in events(exchanges, request, response)]
     decode = abi.decode_batch if compiled else abi.decode_each
     spans: list = []
     td = time.process_time()
@@ -147,7 +153,7 @@ def _one_round(exchanges: int, profile: cProfile.Profile | None, compiled: bool
     t6 = time.process_time()
     to_otlp_json(encode_spans(readable))
     t7 = time.process_time()
-    assert len(spans) == 2 * exchanges, len(spans)
+    assert len(spans) == spans_per_exchange * exchanges, len(spans)
     us = 1e6 / exchanges
     return {"ring records to events": (t0 - td) * us, "parse and correlate": (t1 - t0) * us,
             "ready for export (resource, wall clock)": (t2 - t1) * us,

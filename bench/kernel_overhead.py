@@ -6,7 +6,10 @@ connection, side by side in one run, for three modes:
   traced     programs attached, the connection selected: every call copies its payload
 
 Run as root:  .venv/bin/python bench/kernel_overhead.py [--rounds 5] [--iterations 50000]
-              [--size 256] [--baseline DIR] [--stats] [--out docs/performance.md]
+              [--size 256] [--baseline DIR] [--stats] [--pipe] [--out docs/performance.md]
+
+--pipe runs the pairs on a pipe instead (`off` and `filtered` only: pipes are never
+captured): what every pipe read and write on the host pays while the programs are loaded.
 
 Each round runs every mode once, in a fresh process; the table reports medians over
 rounds and the ratio to `off`. The ring buffer is drained concurrently, as the agent does.
@@ -37,11 +40,15 @@ from bench.side_by_side import cost_table, publish, rounds  # noqa: E402
 
 LOOP = r"""
 import json, os, socket, sys, time
-port, n, size = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-srv.bind(("127.0.0.1", port)); srv.listen()
-a = socket.create_connection(("127.0.0.1", port)); b, _ = srv.accept()
-fa, fb, msg = a.fileno(), b.fileno(), b"x" * size
+port, n, size, kind = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+if kind == "pipe":
+    fb, fa = os.pipe()
+else:
+    srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", port)); srv.listen()
+    a = socket.create_connection(("127.0.0.1", port)); b, _ = srv.accept()
+    fa, fb = a.fileno(), b.fileno()
+msg = b"x" * size
 for _ in range(1000):  # warm up
     os.write(fa, msg); os.read(fb, size)
 t0 = time.perf_counter_ns()
@@ -49,6 +56,7 @@ for _ in range(n):
     os.write(fa, msg); os.read(fb, size)
 print(json.dumps({"ns_per_pair": (time.perf_counter_ns() - t0) / n}))
 """
+PIPE = False  # --pipe: the loop writes and reads a pipe instead of a TCP connection
 
 
 def free_port() -> int:
@@ -60,7 +68,8 @@ def free_port() -> int:
 
 
 def run_loop(port: int, iterations: int, size: int) -> float:
-    out = subprocess.run([sys.executable, "-c", LOOP, str(port), str(iterations), str(size)],
+    out = subprocess.run([sys.executable, "-c", LOOP, str(port), str(iterations), str(size),
+                          "pipe" if PIPE else "tcp"],
                          capture_output=True, text=True, check=True, timeout=600)
     return json.loads(out.stdout)["ns_per_pair"]
 
@@ -113,7 +122,7 @@ def measure(mode: str, iterations: int, size: int, baseline: Path | None = None,
 
     def drain() -> None:
         while not stop.is_set():
-            drained[0] += len(tracer.ring.drain(100))
+            drained[0] += len(tracer.poll(100))
 
     thread = threading.Thread(target=drain, daemon=True)
     thread.start()
@@ -136,7 +145,7 @@ def measure(mode: str, iterations: int, size: int, baseline: Path | None = None,
             sysctl.write_text("0")
         stop.set()
         thread.join(5)
-        drained[0] += len(tracer.ring.drain(0))
+        drained[0] += len(tracer.poll(0))
         drops = sum(tracer.kernel_counters()["ringbuf_drops"])
         tracer.close()
     return ns, drained[0], drops
@@ -149,9 +158,12 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--baseline", type=Path, help="a source tree whose bpf/build is the 'before'")
     ap.add_argument("--stats", action="store_true", help="per-program runs and ns (bpf_stats)")
+    ap.add_argument("--pipe", action="store_true", help="pairs on a pipe, not TCP")
     ap.add_argument("--out", type=Path, help="append the table to this Markdown file")
     args = ap.parse_args()
-    modes: tuple[str, ...] = ("off", "filtered", "traced")
+    global PIPE
+    PIPE = args.pipe
+    modes: tuple[str, ...] = ("off", "filtered") if PIPE else ("off", "filtered", "traced")
     if args.baseline:
         modes += ("filtered-baseline", "traced-baseline")
     totals = [0, 0]  # events drained, drops
@@ -166,8 +178,9 @@ def main() -> None:
 
     results = rounds(modes, args.rounds, one, "ns per write+read")
     lines = cost_table(
-        f"### Kernel cost per syscall ({time.strftime('%Y-%m-%d')}, "
-        f"{args.iterations} write+read pairs of {args.size} B, median of {args.rounds} rounds)",
+        f"### Kernel cost per syscall{' on a pipe' if PIPE else ''} "
+        f"({time.strftime('%Y-%m-%d')}, {args.iterations} write+read pairs of {args.size} B, "
+        f"median of {args.rounds} rounds)",
         "write+read", "syscall", results)
     traced_modes = sum(1 for m in modes if m.startswith("traced"))
     expected = 2 * (args.iterations + 1000) * args.rounds * traced_modes

@@ -582,7 +582,7 @@ _RECEIVER = _Map(
             {
                 "enabled": _List(
                     _Str(expected="a protocol name"), "a list of protocol names",
-                    ("http1", "http2", "rtps", "llm", "vectordb"),
+                    ("http1", "http2", "rtps", "llm", "vectordb", "mcp"),
                 ),
                 "http1": _Map(
                     {
@@ -606,6 +606,19 @@ _RECEIVER = _Map(
                         "body_limit": _Int(0, 1 << 26, 1 << 20),
                     },
                     extra=_Any(),  # provider, extra_paths: the layer validates them
+                ),
+                "mcp": _Map(
+                    {
+                        "capture_content": _Bool(False),
+                        "max_content_bytes": _Int(2, 1 << 20, 4096),
+                        "paths": _List(_Str(expected="a request path"), "a list of paths",
+                                       ("/mcp",)),
+                        "sse_paths": _List(_Str(expected="a request path"), "a list of paths",
+                                           ("/sse",)),
+                        "message_paths": _List(_Str(expected="a request path"),
+                                               "a list of paths", ("/messages",)),
+                    },
+                    extra=_Any(),  # body_limit, max_pending: the layer validates them
                 ),
             },
             extra=_AnyMap(),  # protocols.<name>: options of other parsers, checked by them

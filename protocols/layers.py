@@ -5,7 +5,9 @@ layer whether it `wants` a request (by method and path); for the first that does
 the request's and the response's bodies (as timed pieces, see `Body`) and, once the exchange
 is stitched, build the HTTP span and hand it to `layer.enrich` with an `HTTPExchange`. The
 layer turns it into its own span (name, attributes, events) and adds `Measurement`s for the
-histograms it declares in `instruments`. Layers are pure like parsers: no clocks, no I/O.
+histograms it declares in `instruments`. A layer whose HTTP messages carry several messages
+of its own (an MCP event stream) returns their spans from `enrich`, besides the one it
+rewrote. Layers are pure like parsers: no clocks, no I/O.
 """
 
 from __future__ import annotations
@@ -107,6 +109,10 @@ class HTTPExchange:
     end_ns: int  # last byte of the response (or of the request when none came)
     server_address: str = ""  # peer (client role) or local (server role) address
     server_port: int = 0
+    # the headers the layer named in `headers` (lower-case names), as each message carried
+    # them; other headers are not kept
+    request_headers: Mapping[str, str] = field(default_factory=dict)
+    response_headers: Mapping[str, str] = field(default_factory=dict)
 
 
 class HTTPLayer(ABC):
@@ -120,6 +126,9 @@ class HTTPLayer(ABC):
     # request-path prefixes whose messages the kernel should capture more of (see
     # `capture_prefixes`); the agent gives them to the kernel at start
     body_limit: int = DEFAULT_BODY_LIMIT
+    # lower-case names of headers the layer reads (a session id): the HTTP parsers keep
+    # them, as they keep trace headers, and hand them over in HTTPExchange
+    headers: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: Mapping[str, Any] = options or {}
@@ -129,9 +138,11 @@ class HTTPLayer(ABC):
         """Whether to keep this request's and its response's bodies and enrich its span."""
 
     @abstractmethod
-    def enrich(self, exchange: HTTPExchange, span: NeutralSpan) -> None:
+    def enrich(self, exchange: HTTPExchange, span: NeutralSpan) -> list[NeutralSpan] | None:
         """Make the exchange's HTTP span this layer's span: rename it, add attributes and
-        events, append measurements to `span.measurements`. Never raises on bad bodies."""
+        events, append measurements to `span.measurements`. Return the spans of further
+        operations the exchange carried (messages of an event stream), or None. Never
+        raises on bad bodies."""
 
     def capture_prefixes(self) -> tuple[str, ...]:
         """Request-path prefixes of requests whose bodies are large and matter (a prompt):
@@ -139,12 +150,20 @@ class HTTPLayer(ABC):
         return ()
 
 
-def apply_layer(layer: HTTPLayer, exchange: HTTPExchange, span: NeutralSpan) -> None:
-    """layer.enrich, guarded: a layer's bug must cost its attributes, not the HTTP span."""
+def apply_layer(layer: HTTPLayer, exchange: HTTPExchange, span: NeutralSpan) -> list[NeutralSpan]:
+    """layer.enrich, guarded: a layer's bug must cost its attributes, not the HTTP span.
+    Returns `span` and the further spans the layer made."""
     try:
-        layer.enrich(exchange, span)
+        more = layer.enrich(exchange, span)
     except Exception as exc:  # noqa: BLE001 - whatever a layer raises, the span goes out
         span.attributes["otel_ebpf.layer.error"] = f"{layer.name}: {type(exc).__name__}"
+        return [span]
+    return [span, *more] if more else [span]
+
+
+def layer_headers(layers: tuple[HTTPLayer, ...]) -> frozenset[str]:
+    """The header names any of the layers reads."""
+    return frozenset(name.lower() for layer in layers for name in layer.headers)
 
 
 def first_wanting(layers: tuple[HTTPLayer, ...], method: str, target: str) -> HTTPLayer | None:

@@ -18,17 +18,18 @@ import atheris
 from bench.fuzz import TARGETS
 
 with atheris.instrument_imports(include=["otel_ebpf"]):
+    import otel_ebpf.protocols.http1.parse  # noqa: F401  (both head paths)
     from otel_ebpf.protocols.base import Direction, Role
     from otel_ebpf.protocols.http1 import HTTP1Parser
     from otel_ebpf.protocols.http2 import HTTP2Parser
     from otel_ebpf.protocols.llm import LLMLayer
     from otel_ebpf.protocols.llm.endpoints import BUILTIN
     from otel_ebpf.protocols.llm.eventstream import encode_frame
+    from otel_ebpf.protocols.mcp import MCPLayer
     from otel_ebpf.protocols.rtps import RTPSParser
     from otel_ebpf.protocols.vectordb import CAPTURE_PREFIXES, VectorDBLayer
 
     import otel_ebpf.conntrack.connection  # noqa: F401  (the tracker around the parser)
-    import otel_ebpf.protocols.http1.parse  # noqa: F401  (both head paths)
 
 # the same seed pieces the CI property tests use, so the fuzzer starts deep in each protocol
 from tests.protocols.conftest import ConnectionDriver, conn_info  # noqa: E402
@@ -40,6 +41,7 @@ from tests.protocols.llm.test_llm_fuzz import (  # noqa: E402
     PATH_ROUTES,
     VOCABULARY,
 )
+from tests.protocols.mcp import wire as mcp_wire  # noqa: E402
 from tests.protocols.rtps import wire as rtps_wire  # noqa: E402
 from tests.protocols.rtps.test_rtps_fuzz import DATAGRAMS  # noqa: E402
 
@@ -57,13 +59,16 @@ class Totals:
         self.path = os.environ.get("FUZZ_STATS")
         self.values = {"inputs": 0, "parse_errors": 0, "gaps": 0, "records": 0, "spans": 0}
 
-    def add(self, driver: ConnectionDriver, spans: int) -> None:
+    def add(self, driver: ConnectionDriver, spans: int,
+            more: tuple[ConnectionDriver, ...] = ()) -> None:
+        """One input's counts: its connection's, and those of `more` it drove."""
         v = self.values
         v["inputs"] += 1
-        v["parse_errors"] += driver.stats.total("parse.errors")
-        v["gaps"] += driver.stats.total("gaps")
-        v["records"] += len(driver.records)
         v["spans"] += spans
+        for d in (driver, *more):
+            v["parse_errors"] += d.stats.total("parse.errors")
+            v["gaps"] += d.stats.total("gaps")
+            v["records"] += len(d.records)
         if self.path and (v["inputs"] % self.STATS_EVERY == 0 or v["inputs"] == self.runs):
             with open(self.path, "w") as f:
                 json.dump({"target": self.name, **v}, f)
@@ -192,6 +197,64 @@ def _vectordb_paths() -> list[str]:
         "/api/v2/tenants/t/databases/d/collections/c/add"]
 
 
+def _mcp_pieces() -> list[bytes]:
+    """MCP's HTTP messages on both transports, whole, and JSON-RPC bits to splice."""
+    w = mcp_wire
+    session = w.SESSION
+    messages = [
+        w.rpc(id=1, method="initialize", params={"protocolVersion": w.LEGACY}),
+        w.rpc(id=2, method="tools/call", params={"name": "t", "arguments": {"a": 1}}),
+        w.rpc(id=2, result={"content": [], "isError": True}),
+        w.rpc(id=2, result={"structuredContent": {"r": 1}}),
+        w.rpc(id=3, error={"code": -32601, "message": "no"}),
+        w.rpc(id=0, method="sampling/createMessage"), w.rpc(id=0, result={}),
+        w.rpc(method="notifications/message", params={"level": "info"}),
+        w.rpc(id=9, method="resources/read", params={"uri": "file:///x"}),
+        b"[" + w.rpc(id=4, method="ping") + b"," + w.rpc(id=5, method="ping") + b"]",
+    ]
+    target = f"/messages/?session_id={session}"
+    pieces = [w.get("/mcp", session=session), w.get("/sse"), w.sse_head(),
+              w.sse_head(session=session), w.SSE_END,
+              w.sse_chunk(target.encode(), "endpoint"),
+              w.json_answer(b"", status=202, session=session),
+              w.json_answer(b"Accepted", status=202)]
+    for msg in messages:
+        pieces += [w.post("/mcp", msg, session=session, version=w.LEGACY),
+                   w.post(target, msg), w.post("/mcp", msg), w.json_answer(msg),
+                   w.sse_chunk(msg), msg]
+    return pieces + [b'"jsonrpc":"2.0"', b'"id":', b'"method":', b'"result":', b"{", b"}",
+                     b"data: ", b"\r\n\r\n"] + FRAGMENTS
+
+
+def _mcp(pieces: list[bytes]) -> Callable[[bytes], None]:
+    """Two connections of one process sharing one MCP layer, which pairs a request and its
+    answer across them (a stream and the posts beside it); a small pending table."""
+
+    def one(data: bytes, totals: Totals) -> None:
+        fdp = atheris.FuzzedDataProvider(data)
+        layer = MCPLayer({"capture_content": True, "max_pending": 3, "max_content_bytes": 16})
+        role = (Role.CLIENT, Role.SERVER)[fdp.ConsumeIntInRange(0, 1)]
+        drivers = [ConnectionDriver(HTTP1Parser(), conn_info(role, fd=fd),
+                                    midstream=fdp.ConsumeBool(), layers=(layer,))
+                   for fd in (7, 8)]
+        now = 0
+        for _ in range(fdp.ConsumeIntInRange(0, MAX_STEPS)):
+            if fdp.remaining_bytes() == 0:
+                break
+            driver = drivers[fdp.ConsumeIntInRange(0, 1)]
+            direction = (Direction.EGRESS, Direction.INGRESS)[fdp.ConsumeIntInRange(0, 1)]
+            captured = _chunk(fdp, pieces)
+            gap = GAPS[fdp.ConsumeIntInRange(0, len(GAPS) - 1)] if fdp.ConsumeProbability() < 0.1 else 0
+            now += 1000
+            driver.feed(direction, captured, gap, at=now)
+        for driver in drivers:
+            if fdp.ConsumeBool():
+                driver.close()
+        totals.add(drivers[0], sum(len(d.spans()) for d in drivers), tuple(drivers[1:]))
+
+    return one
+
+
 def _rtps(data: bytes, totals: Totals) -> None:
     """Datagrams on three sockets of two processes sharing one parser (discovery is shared)."""
     fdp = atheris.FuzzedDataProvider(data)
@@ -238,6 +301,7 @@ def _parsers() -> dict[str, Callable]:
                          _http_pieces(PATH_ROUTES, _genai_bits(json_bits))),
         "vectordb": _stream(lambda: (HTTP1Parser(), (VectorDBLayer(),)),
                             _http_pieces(_vectordb_paths(), json_bits)),
+        "mcp": _mcp(_mcp_pieces()),
         "rtps": _rtps,
     }
 

@@ -15,7 +15,7 @@ from ..base import (
     Record,
     Role,
 )
-from ..layers import HTTPLayer
+from ..layers import HTTPLayer, layer_headers
 from . import parse as _parse
 from .parse import CONTEXT_HEADERS, HTTP1State, HTTPMessage, HTTPRequest, HTTPResponse
 from .spans import to_spans
@@ -50,6 +50,8 @@ class HTTP1Parser(ProtocolParser):
 
     def use_layers(self, layers: tuple[HTTPLayer, ...]) -> None:
         self.layers = layers
+        # headers a layer reads (a session id) are kept as trace headers are
+        self.carrier_names = self.carrier_names | layer_headers(layers)
 
     def parse(
         self, direction: Direction, buf: memoryview, state: HTTP1State

@@ -79,7 +79,7 @@ def to_spans(record: HTTPRecord, conn: ConnInfo, capture_headers: bool = False) 
                      status, PROTOCOL, request.tcp_seq, request.stream_pos,
                      response.tcp_seq if response is not None else None)
     if request.layer is not None:
-        apply_layer(request.layer, _exchange(record, conn, kind), span)
+        return apply_layer(request.layer, _exchange(record, conn, kind), span)
     return [span]
 
 
@@ -122,6 +122,8 @@ def _exchange(record: HTTPRecord, conn: ConnInfo, kind: SpanKind) -> HTTPExchang
         end_ns=(response or request).end_ns,
         server_address=conn.local_addr if server else conn.remote_addr,
         server_port=conn.local_port if server else conn.remote_port,
+        request_headers=request.carrier,
+        response_headers=response.carrier if response is not None else {},
     )
 
 

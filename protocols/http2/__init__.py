@@ -18,7 +18,7 @@ from ..base import (
 )
 from ..http1 import _flag
 from ..http1.parse import CONTEXT_HEADERS
-from ..layers import HTTPLayer
+from ..layers import HTTPLayer, layer_headers
 from . import parse as _parse
 from .parse import MAX_STREAMS, H2Message, H2Request, H2Response, HTTP2State
 from .spans import to_spans
@@ -60,6 +60,8 @@ class HTTP2Parser(ProtocolParser):
 
     def use_layers(self, layers: tuple[HTTPLayer, ...]) -> None:
         self.layers = layers
+        # headers a layer reads (a session id) are kept as trace headers are
+        self.carrier_names = self.carrier_names | layer_headers(layers)
 
     def parse(
         self, direction: Direction, buf: memoryview, state: HTTP2State

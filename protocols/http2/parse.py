@@ -523,6 +523,9 @@ def _response_block(state: HTTP2State, side: _Side, fields: list[Field]) -> H2Me
         stream.request.response_started = True
     response.size += side.block_wire
     known = _known(fields)
+    if response.layer is not None:  # the headers a layer reads (a session id)
+        response.carrier.update(
+            (k, v) for k, v in known.items() if k in state.carrier_names and not is_secret(k))
     status = _int(known.get(":status"))
     if not response.final and status is not None and 100 <= status < 200:
         response.interim += (status,)  # 1xx: the answer follows

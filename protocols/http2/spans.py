@@ -49,7 +49,7 @@ def to_spans(record: H2Record, conn: ConnInfo, capture_headers: bool = False
         response_seq=response.tcp_seq if response is not None and response.ended else None,
     )
     if request.layer is not None:
-        apply_layer(request.layer, _exchange(record, conn, kind, span.end_ns), span)
+        return apply_layer(request.layer, _exchange(record, conn, kind, span.end_ns), span)
     return [span]
 
 
@@ -75,6 +75,8 @@ def _exchange(record: H2Record, conn: ConnInfo, kind: SpanKind, end_ns: int) -> 
         end_ns=end_ns,
         server_address=conn.local_addr if server else conn.remote_addr,
         server_port=conn.local_port if server else conn.remote_port,
+        request_headers=request.carrier,
+        response_headers=response.carrier if answered else {},
     )
 
 

@@ -61,11 +61,13 @@ def test_default_values():
     assert (r.capture_max_bytes, r.ring_buffer_size_mib, r.wakeup_fill_percent) == (4096, 16, 50)
     assert r.poll_interval_s == 0.1 and r.idle_timeout_s == 300.0
     assert r.max_connections == 65536
-    assert r.protocols_enabled == ("http1", "http2", "rtps", "llm", "vectordb")
+    assert r.protocols_enabled == ("http1", "http2", "rtps", "llm", "vectordb", "mcp")
     assert r.protocol_options == {
         "http1": {"response_timeout_s": 30.0, "capture_headers": False},
         "http2": {"response_timeout_s": 30.0, "capture_headers": False, "max_streams": 1024},
         "llm": {"capture_content": False, "max_content_bytes": 4096, "body_limit": 1 << 20},
+        "mcp": {"capture_content": False, "max_content_bytes": 4096, "paths": ["/mcp"],
+                "sse_paths": ["/sse"], "message_paths": ["/messages"]},
     }
     assert (r.capture_llm_max_bytes, r.capture_llm_tail_bytes) == (16384, 4096)
     assert c.processors == Processors(512, 1.0, 16384) == Processors()
@@ -181,6 +183,8 @@ def test_values_and_conversions(tls_files):
         "http2": {"response_timeout_s": 30.0, "capture_headers": False, "max_streams": 64,
                   "nested": {"a": [1, 2]}},
         "llm": {"capture_content": False, "max_content_bytes": 4096, "body_limit": 1 << 20},
+        "mcp": {"capture_content": False, "max_content_bytes": 4096, "paths": ["/mcp"],
+                "sse_paths": ["/sse"], "message_paths": ["/messages"]},
     }
     assert c.processors == Processors(10, 0.25, 10)
     phoenix = c.exporters["otlphttp/phoenix"]
@@ -628,7 +632,7 @@ def test_env_option_of_a_protocol_named_only_in_the_file_or_env(caplog):
     e = error("receivers: {ebpf: {protocols: {enabled: [http1, grpc]}}}",
               {PROTO + "GRPC_WINDOW": "8"})
     assert e.path == "receivers.ebpf.protocols.enabled[1]"
-    assert e.expected == "an installed protocol: http1, http2, llm, rtps, vectordb"
+    assert e.expected == "an installed protocol: http1, http2, llm, mcp, rtps, vectordb"
     with caplog.at_level(logging.WARNING, logger="otel_ebpf.config"):
         parse("", {PROTO + "GRPC_WINDOW": "8"})
     warned = " ".join(r.getMessage() for r in caplog.records)
@@ -654,12 +658,12 @@ def test_bad_env_option_names_the_variable(env, var, expected, got):
 @pytest.mark.parametrize(("text", "path", "expected", "got"), [
     ("receivers: {ebpf: {protocols: {enabled: [http1, htpp2]}}}",
      "receivers.ebpf.protocols.enabled[1]",
-     "an installed protocol: http1, http2, llm, rtps, vectordb", "'htpp2' (did you mean http2?)"),
+     "an installed protocol: http1, http2, llm, mcp, rtps, vectordb", "'htpp2' (did you mean http2?)"),
     ("receivers: {ebpf: {protocols: {enabled: [http1, http1]}}}",
      "receivers.ebpf.protocols.enabled[1]", "each protocol at most once", "'http1' again"),
     ("receivers: {ebpf: {protocols: {htp1: {capture_headers: true}}}}",
      "receivers.ebpf.protocols.htp1",
-     "enabled or an installed protocol: http1, http2, llm, rtps, vectordb",
+     "enabled or an installed protocol: http1, http2, llm, mcp, rtps, vectordb",
      "unknown key 'htp1' (did you mean http1?)"),
     ("receivers: {ebpf: {protocols: {http2: {response_timeout: 5m0x}}}}",
      "receivers.ebpf.protocols.http2.response_timeout",
@@ -686,7 +690,7 @@ def test_options_load_config_checks_are_those_the_agent_builds_with():
     r = parse("receivers: {ebpf: {correlation: {headers: [X-Req]}, "
               "protocols: {enabled: [http2], rtps: {max_waiting: 8}}}}").receiver
     options = r.plugin_options()
-    assert list(options) == ["http2", "http1", "llm", "rtps"]  # enabled, then configured
+    assert list(options) == ["http2", "http1", "llm", "mcp", "rtps"]  # enabled, then configured
     assert options["http2"]["correlation_headers"] == ["x-req"]
     assert options["rtps"] == {"correlation_headers": ["x-req"], "max_waiting": 8}
 
