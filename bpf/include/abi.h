@@ -11,7 +11,7 @@
 #define MAX_IOV 64        /* iovec entries walked per readv/writev/sendmsg/recvmsg (grpc writes 20+) */
 #define MAX_MMSG 8        /* messages walked per sendmmsg/recvmmsg */
 #define MAX_MMSG_IOV 4    /* iovec entries walked per sendmmsg/recvmmsg message (datagrams) */
-#define MAX_WIDE_KEYS 16  /* request-path keys that widen a connection's capture */
+#define MAX_WIDE_KEYS 32  /* request-path keys that widen a connection's capture (LLM, MCP, vector-DB APIs) */
 
 enum event_type {
 	EV_CONN_OPEN = 1,

@@ -20,7 +20,7 @@ ABI_VERSION = 2
 MAX_CAPTURE = 65536
 MAX_TARGETS = 1024
 COMM_LEN = 16
-MAX_WIDE_KEYS = 16
+MAX_WIDE_KEYS = 32  # bpf/include/abi.h: POST paths a connection is widened for (a compare each)
 
 EV_CONN_OPEN, EV_CONN_CLOSE, EV_DATA, EV_PROC_EXIT, EV_TASK_NEW, EV_PROC_EXEC = 1, 2, 3, 4, 5, 6
 

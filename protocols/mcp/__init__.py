@@ -101,9 +101,8 @@ class MCPLayer(HTTPLayer):
     def capture_prefixes(self) -> tuple[str, ...]:
         # the kernel matches 8 bytes of the request target: a shorter path is matched
         # with the " HTTP/1" that follows it on the request line (HTTP/1 only). The
-        # HTTP+SSE posts are left out: the kernel holds 16 keys, the LLM and vector-DB
-        # layers take 15, and those posts carry short requests (the long answers come on
-        # the GET stream, which a POST key would not widen anyway)
+        # HTTP+SSE posts are left out: they carry short requests (the long answers come
+        # on the GET stream, which a POST key would not widen anyway)
         return tuple(p if len(p) >= 8 else (p + " HTTP/1.1")[:8] for p in self.paths)
 
     def enrich(self, exchange: HTTPExchange, span: NeutralSpan) -> list[NeutralSpan] | None:
