@@ -1,5 +1,6 @@
-"""`otel-ebpf run | check | version`: the command line. Exit codes: 0 fine, 1 cannot run
-here (privileges, kernel, BPF objects), 2 invalid configuration."""
+"""`otel-ebpf run | check | advise | version`: the command line. Exit codes: 0 fine, 1 cannot
+run here (privileges, kernel, BPF objects; advise: the model's server failed), 2 invalid
+configuration (advise: unreadable input)."""
 
 from __future__ import annotations
 
@@ -136,6 +137,39 @@ def _protocol_checks() -> list:
     ]
 
 
+def cmd_advise(args: argparse.Namespace) -> int:
+    from otel_ebpf.advise.llm import LLMError, ask
+    from otel_ebpf.advise.readers import ReadError
+    from otel_ebpf.advise.render import RENDERERS
+    from otel_ebpf.advise.report import advise
+    from otel_ebpf.config import parse_duration
+
+    if bool(args.llm_endpoint) != bool(args.model):
+        err_console.print("otel-ebpf advise: --llm-endpoint and --model go together",
+                          markup=False)
+        return EXIT_BAD_CONFIG
+    try:
+        since = parse_duration(args.since) if args.since else None
+    except (ConfigError, ValueError) as exc:
+        err_console.print(f"otel-ebpf advise: --since {args.since!r}: {exc}", markup=False)
+        return EXIT_BAD_CONFIG
+    try:
+        findings, evidence = advise(args.paths, since, args.top)
+    except (ReadError, OSError) as exc:
+        err_console.print(f"otel-ebpf advise: {exc}", markup=False)
+        return EXIT_BAD_CONFIG
+    rc = EXIT_OK
+    if args.llm_endpoint and findings:
+        try:
+            ask(args.llm_endpoint, args.model, findings[:args.llm_findings])
+        except LLMError as exc:  # the deterministic report still comes out
+            err_console.print(f"otel-ebpf advise: the model was not asked: {exc}",
+                              markup=False)
+            rc = EXIT_CANNOT_RUN
+    sys.stdout.write(RENDERERS[args.format](findings, evidence))
+    return rc
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="otel-ebpf",
@@ -148,6 +182,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
     check = sub.add_parser("check", help="report privileges and kernel features")
     check.set_defaults(func=cmd_check)
+    adv = sub.add_parser("advise", help="ranked findings from the agent's profiles, spans "
+                         "and metrics (files or folders)")
+    adv.add_argument("paths", nargs="+", metavar="PATH",
+                     help="pprof, folded or OTLP/JSON files, or folders of them")
+    adv.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    adv.add_argument("--since", help="only data of the last D (e.g. 15m, 2h)")
+    adv.add_argument("--top", type=int, default=10, help="findings shown (default 10)")
+    adv.add_argument("--llm-endpoint", metavar="URL", help="an OpenAI-compatible server "
+                     "to ask for a code change per top finding (nothing is sent without it)")
+    adv.add_argument("--model", metavar="NAME", help="the model to ask (with --llm-endpoint)")
+    adv.add_argument("--llm-findings", type=int, default=3, metavar="N",
+                     help="top findings sent to the model (default 3)")
+    adv.set_defaults(func=cmd_advise)
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=lambda _a: print(__version__) or EXIT_OK)
     return parser

@@ -3,13 +3,15 @@
 workload, prints `done` and waits for another line (so the agent reads its totals while
 it lives).
 
-    python planted.py LIBCUDA copy_loop|launch_storm|sync_step
+    python planted.py LIBCUDA copy_loop|launch_storm|sync_step NAME
+
+(NAME: the process name it sets first, so an agent can select it.)
 
 - copy_loop: `upload_rows()` copies 4 KiB rows to the device one cuMemcpyHtoD_v2 each
   (2,000 copies), beside one 16 MiB copy of the weights in `upload_weights()`;
 - launch_storm: `tiny_kernels()` launches a looked-up kernel 3,000 times, then one
   synchronize;
-- sync_step: each of 40 steps launches 3 kernels of 2 ms each (STANDIN_KERNEL_US) from
+- sync_step: each of 40 steps launches 3 kernels (of STANDIN_KERNEL_US each) from
   `train_step()` and then reads the loss in `loss_value()`, which synchronizes the stream
   (what `.item()` does), so the CPU waits for the GPU every step.
 """
@@ -17,6 +19,7 @@ it lives).
 import ctypes
 import sys
 
+ctypes.CDLL(None).prctl(15, sys.argv[3].encode()[:15], 0, 0, 0)  # PR_SET_NAME
 cuda = ctypes.CDLL(sys.argv[1])
 MODE = sys.argv[2]
 KiB, MiB = 1 << 10, 1 << 20
