@@ -137,6 +137,11 @@ def _protocol_checks() -> list:
     ]
 
 
+def _say(line: str) -> None:
+    """A line on stderr as it is: paths in it are not wrapped to the terminal's width."""
+    sys.stderr.write(line + "\n")
+
+
 def cmd_advise(args: argparse.Namespace) -> int:
     from otel_ebpf.advise.llm import LLMError, ask
     from otel_ebpf.advise.readers import ReadError
@@ -145,26 +150,24 @@ def cmd_advise(args: argparse.Namespace) -> int:
     from otel_ebpf.config import parse_duration
 
     if bool(args.llm_endpoint) != bool(args.model):
-        err_console.print("otel-ebpf advise: --llm-endpoint and --model go together",
-                          markup=False)
+        _say("otel-ebpf advise: --llm-endpoint and --model go together")
         return EXIT_BAD_CONFIG
     try:
         since = parse_duration(args.since) if args.since else None
     except (ConfigError, ValueError) as exc:
-        err_console.print(f"otel-ebpf advise: --since {args.since!r}: {exc}", markup=False)
+        _say(f"otel-ebpf advise: --since {args.since!r}: {exc}")
         return EXIT_BAD_CONFIG
     try:
         findings, evidence = advise(args.paths, since, args.top)
     except (ReadError, OSError) as exc:
-        err_console.print(f"otel-ebpf advise: {exc}", markup=False)
+        _say(f"otel-ebpf advise: {exc}")
         return EXIT_BAD_CONFIG
     rc = EXIT_OK
     if args.llm_endpoint and findings:
         try:
             ask(args.llm_endpoint, args.model, findings[:args.llm_findings])
         except LLMError as exc:  # the deterministic report still comes out
-            err_console.print(f"otel-ebpf advise: the model was not asked: {exc}",
-                              markup=False)
+            _say(f"otel-ebpf advise: the model was not asked: {exc}")
             rc = EXIT_CANNOT_RUN
     sys.stdout.write(RENDERERS[args.format](findings, evidence))
     return rc

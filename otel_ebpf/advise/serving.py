@@ -62,14 +62,29 @@ def _latency(spans: list[Span]) -> list[Finding]:
     return out
 
 
+def _outside(parent: Span, children: list[Span]) -> float:
+    """Seconds of `parent` outside every one of its calls (their union, clipped to it)."""
+    busy, end = 0, parent.start_ns
+    for c in sorted(children, key=lambda c: c.start_ns):
+        start, stop = max(c.start_ns, end), min(c.end_ns, parent.end_ns)
+        if stop > start:
+            busy += stop - start
+            end = stop
+    return max(0, parent.end_ns - parent.start_ns - busy) / 1e9
+
+
 def _hops(by_id: dict[str, Span], spans: list[Span]) -> list[Finding]:
-    added: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    calls: dict[str, list[Span]] = defaultdict(list)
     for c in spans:
         parent = by_id.get(c.parent_span_id)
         if c.kind == CLIENT and parent is not None and parent.kind == SERVER:
-            extra = parent.duration_s - c.duration_s
-            if extra >= 0 and parent.duration_s > 0:
-                added[(_service(parent), parent.name)].append((extra, parent.duration_s))
+            calls[parent.span_id].append(c)
+    added: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    for parent_id, children in calls.items():
+        parent = by_id[parent_id]
+        if parent.duration_s > 0:
+            added[(_service(parent), parent.name)].append(
+                (_outside(parent, children), parent.duration_s))
     out = []
     for (service, name), rows in sorted(added.items()):
         if len(rows) < MIN_REQUESTS:
@@ -82,7 +97,7 @@ def _hops(by_id: dict[str, Span], spans: list[Span]) -> list[Finding]:
             "gateway_hop", f"{service} adds {_ms(mean)} per request on top of its upstream "
             "call", share, Location(name, service),
             [f"{len(rows)} requests; {share:.0%} of the server span's time is outside "
-             "the client call it makes"],
+             "the calls it makes"],
             "the gateway's own work per request (auth, body parsing, re-encoding, a new "
             "upstream connection per request): reuse upstream connections (keep-alive), "
             "stream bodies instead of buffering them"))
