@@ -1,4 +1,4 @@
-"""`otel-ebpf run | check | advise | version`: the command line. Exit codes: 0 fine, 1 cannot
+"""`otel-ebpf run | check | advise | flamegraph | version`: the command line. Exit codes: 0 fine, 1 cannot
 run here (privileges, kernel, BPF objects; advise: the model's server failed), 2 invalid
 configuration (advise: unreadable input)."""
 
@@ -8,6 +8,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 
 from rich.console import Console
 from rich.table import Table
@@ -173,6 +174,31 @@ def cmd_advise(args: argparse.Namespace) -> int:
     return rc
 
 
+def cmd_flamegraph(args: argparse.Namespace) -> int:
+    from otel_ebpf.advise.readers import ReadError, read
+    from otel_ebpf.config import parse_duration
+    from otel_ebpf.views.flamegraph import NoSamples, flamegraph
+
+    try:
+        since = parse_duration(args.since) if args.since else 0.0
+    except (ConfigError, ValueError) as exc:
+        _say(f"otel-ebpf flamegraph: --since {args.since!r}: {exc}")
+        return EXIT_BAD_CONFIG
+    try:
+        evidence = read(args.paths, time.time_ns() - int(since * 1e9) if since else 0)
+        svg = flamegraph(evidence.profiles, args.kind, args.value, args.title)
+    except (ReadError, NoSamples, OSError) as exc:
+        _say(f"otel-ebpf flamegraph: {exc}")
+        return EXIT_BAD_CONFIG
+    if args.output == "-":
+        sys.stdout.write(svg)
+    else:
+        with open(args.output, "w") as f:
+            f.write(svg)
+        _say(f"otel-ebpf flamegraph: wrote {args.output}")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="otel-ebpf",
@@ -198,6 +224,20 @@ def build_parser() -> argparse.ArgumentParser:
     adv.add_argument("--llm-findings", type=int, default=3, metavar="N",
                      help="top findings sent to the model (default 3)")
     adv.set_defaults(func=cmd_advise)
+    from otel_ebpf.views.flamegraph import KINDS
+
+    flame = sub.add_parser("flamegraph", help="an SVG flame graph of the agent's profiles")
+    flame.add_argument("paths", nargs="+", metavar="PATH",
+                       help="pprof, folded or OTLP/JSON profile files, or folders of them")
+    flame.add_argument("--kind", choices=KINDS, default="cpu",
+                       help="which profiles (default cpu)")
+    flame.add_argument("--value", help="the sample type to draw by (default: samples, "
+                       "alloc_space, kernel_launches, copy_time, sync_wait by kind)")
+    flame.add_argument("--since", help="only profiles of the last D (e.g. 15m)")
+    flame.add_argument("--title")
+    flame.add_argument("-o", "--output", default="flamegraph.svg",
+                       help="the SVG file (default flamegraph.svg; - for stdout)")
+    flame.set_defaults(func=cmd_flamegraph)
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=lambda _a: print(__version__) or EXIT_OK)
     return parser

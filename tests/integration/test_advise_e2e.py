@@ -178,6 +178,15 @@ def test_launch_storm_ranks_first_with_kernel_names(start_agent, tmp_path, libcu
     assert top["share"] == 1.0  # every launch of the program
     assert top["evidence"][0].startswith("3000 kernel launches")
     assert "kernels: scale_add(float*, float*, float, int) (3000)" in top["evidence"]
+    # the launch flame graph: the kernel's name on top of the Python function
+    svg = tmp_path / "launches.svg"
+    r = subprocess.run([str(VENV_BIN / "otel-ebpf"), "flamegraph", str(out), "--kind",
+                        "launches", "-o", str(svg)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    text = svg.read_text()
+    assert "<title>scale_add(float*, float*, float, int) (3000, 100.00%)</title>" in text
+    assert "<title>tiny_kernels (3000, 100.00%)</title>" in text
 
 
 def test_sync_per_step_ranks_first(start_agent, tmp_path, libcuda):

@@ -266,3 +266,27 @@ def test_finding_json_is_the_documented_shape():
     assert f.to_json() == {"kind": "cpu_hotspot", "title": "t", "share": 0.1235,
                            "location": {"function": "f", "file": "a.py", "line": 3},
                            "evidence": ["e"], "suggestion": "s"}
+
+
+def test_flamegraph_svg(tmp_path, app):
+    import xml.etree.ElementTree as ET
+
+    write(cpu_batch(app), tmp_path / "p")
+    svg = tmp_path / "cpu.svg"
+    r = subprocess.run([sys.executable, "-m", "otel_ebpf.cli", "flamegraph",
+                        str(tmp_path / "p"), "-o", str(svg)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    frames = {}
+    for g in ET.parse(svg).getroot().findall("s:g", ns):
+        name = g.find("s:title", ns).text
+        frames[name.rpartition(" (")[0]] = (name, float(g.find("s:rect", ns).get("width")))
+    assert frames["checksum"][0] == "checksum (8, 80.00%)"
+    assert frames["api (pid 42)"][0] == "api (pid 42) (10, 100.00%)"
+    # widths in proportion to the samples: checksum is 8/10 of its caller handler
+    assert frames["checksum"][1] == pytest.approx(0.8 * frames["handler"][1], rel=1e-3)
+    r = subprocess.run([sys.executable, "-m", "otel_ebpf.cli", "flamegraph",
+                        str(tmp_path / "p"), "--kind", "launches"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and "no launches samples" in r.stderr
