@@ -210,6 +210,16 @@ class MemoryLedger:
             proc.start_ns = now_ns
         return out
 
+    def exited(self, pid: int) -> None:
+        """The process exited: the driver released what it held (no frees are seen for
+        that), so its pools read 0 in use for a last report before end()."""
+        proc = self._procs.get(pid)
+        if proc is not None:
+            proc.live.clear()
+            proc.mappings.clear()
+            for pool in proc.pools.values():
+                pool.in_use = pool.live = 0
+
     def end(self, pid: int) -> None:
         """The process exited: the driver released everything it held."""
         self._procs.pop(pid, None)

@@ -259,14 +259,18 @@ class GpuMonitor:
 
     def flush(self) -> list[ProcessProfile]:
         """One interval: profiles to the profile exporters, metrics to the metric
-        exporters; processes that ended are reported a last time and forgotten."""
+        exporters; processes that ended are reported a last time (their memory at 0 in
+        use: the driver released it at their exit) and forgotten."""
         now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         sites = self.tracer.sites()
         copies, launches = copy_totals(sites), launch_totals(sites)
         for pid in {t.pid for t in sites}:
             self._first_seen.setdefault(pid, time.time_ns())
+        ended = self._ended()
         with self._ledger_lock:
             memory = self.ledger.snapshot(now)
+            for pid in ended:  # after the snapshot: its profile shows what it held last
+                self.ledger.exited(pid)
             usage = self.ledger.usage()
             mapped = self.ledger.mapped()
         by_site = site_profiles(sites, self._sites_seen, self._interval_start, now,
@@ -286,7 +290,9 @@ class GpuMonitor:
             if profiles:
                 self._export_profiles(profiles, profiles[0].sample_types, kind)
         self._log_changes(usage, memory)
-        self._forget_ended()
+        if ended:
+            with self._ledger_lock:
+                self._forget(ended)
         return memory + [p for profiles in by_site.values() for p in profiles]
 
     def batch(self, profiles: list[ProcessProfile],
@@ -353,13 +359,10 @@ class GpuMonitor:
         if self.unwinder is not None:
             self._stats.set_total("gpu.stacks.unwound", kernel["unwind_stacks"])
 
-    def _forget_ended(self) -> None:
-        ended = {pid for pid in self._first_seen
-                 if not os.path.exists(os.path.join(self._proc_root, str(pid)))}
-        if not ended:
-            return
-        with self._ledger_lock:
-            self._forget(ended)
+    def _ended(self) -> set[int]:
+        """Processes seen that exited: reported a last time (0 held), then forgotten."""
+        return {pid for pid in self._first_seen
+                if not os.path.exists(os.path.join(self._proc_root, str(pid)))}
 
     def _forget(self, ended: set[int]) -> None:
         for pid in ended:

@@ -229,8 +229,14 @@ def test_monitor_profiles_and_metrics(built, tracer):
     assert points[("gpu.memory.copy.bytes", htod)] == 3 * MiB
     assert points[("gpu.memory.copy.count", htod)] == 3
     assert points[("gpu.memory.copy.time", htod)] > 0
-    # the process ended: its state goes after the interval that reported it last
+    # the process ended: a last data point says it holds nothing (the driver released its
+    # memory at exit), then its state goes
     monitor.flush()
+    last = {(m.name, tuple(sorted(p.attributes.items()))): p.value
+            for rm in metrics.data[-1].resource_metrics
+            for m in rm.scope_metrics[0].metrics for p in m.data.data_points}
+    assert last[("gpu.memory.in_use", dev1)] == 0
+    assert last[("gpu.memory.peak", dev1)] == 256 * MiB + held + 4 * MiB
     assert pid not in monitor.ledger.pids
 
 

@@ -138,3 +138,12 @@ def test_metrics_per_process_resource():
     assert (sync, 3e-6) in one["gpu.memory.copy.time"]
     assert by_pid[2]["gpu.memory.in_use"] == [({"gpu.device.index": 0,
                                                 "gpu.memory.type": "device"}, 64 * MiB)]
+
+
+def test_an_exited_process_reads_zero_in_use_for_its_last_report():
+    ledger = MemoryLedger()
+    ledger.apply([alloc(0x10, 256 * MiB), GpuMap(1, 1, 2, 0x7F0000, 2 * MiB, True)])
+    ledger.exited(1)
+    (u,) = ledger.usage()
+    assert (u.in_use, u.live, u.peak, u.allocated) == (0, 0, 256 * MiB, 256 * MiB)
+    assert ledger.mapped() == {} and ledger.live_allocations(1) == {}
