@@ -24,7 +24,7 @@ from tests.support.processes import stop_process
 
 pytestmark = pytest.mark.kernel
 PEERS = Path(__file__).parent / "peers"
-CHARLOOP = PEERS / "charloop_server.py"
+SERVER = PEERS / "cpu_http_server.py"
 PLANTED = SRC / "planted.py"
 
 
@@ -49,19 +49,8 @@ def advise(*paths: Path) -> list[dict]:
     return findings
 
 
-def _wait_log(run, text: str, proc: subprocess.Popen, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while text not in run.stderr:
-        if proc.poll() is not None:
-            pytest.fail(f"the program ended ({proc.returncode}) before {text!r}")
-        if run.proc.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"no {text!r} in the agent's log after {timeout_s}s:\n"
-                        f"{run.stderr[-3000:]}")
-        time.sleep(0.1)
-
-
-def _profiles_config(out: Path, name: str, gpu: dict | None = None) -> dict:
-    ebpf: dict = {"targets": {"process_names": [name]},
+def _profiles_config(out: Path, targets: dict, gpu: dict | None = None) -> dict:
+    ebpf: dict = {"targets": targets,
                   "profiling": {"frequency": 49, "interval": "1s"}}
     if gpu is not None:
         ebpf["gpu"] = gpu
@@ -69,6 +58,16 @@ def _profiles_config(out: Path, name: str, gpu: dict | None = None) -> dict:
             "exporters": {"pprof": {"path": str(out)}},
             "service": {"pipelines": {"profiles": {"receivers": ["ebpf"],
                                                    "exporters": ["pprof"]}}}}
+
+
+def first(out: Path, kind: str, function: str, path: Path) -> dict:
+    """advise's first finding on `out`, checked to be `kind` at `function` of `path`, at
+    the function's `def` line (what the profiles give)."""
+    top = advise(out)[0]
+    assert top["kind"] == kind, top
+    assert top["location"] == {"function": function, "file": str(path),
+                               "line": def_line(path, function)}
+    return top
 
 
 def _cpu_samples_with(folder: Path, function: str) -> int:
@@ -84,12 +83,12 @@ def _cpu_samples_with(folder: Path, function: str) -> int:
 
 def test_per_character_loop_in_a_request_path_ranks_first(start_agent, tmp_path):
     require_kernel()
-    name, port, out = "advise-charloop", free_port(), tmp_path / "pprof"
-    server = subprocess.Popen([sys.executable, str(CHARLOOP), str(port), name],
+    port, out = free_port(), tmp_path / "pprof"
+    server = subprocess.Popen([sys.executable, str(SERVER), str(port)],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout.readline().strip() == "READY"
-        run = start_agent([port], overrides=_profiles_config(out, name))
+        run = start_agent([port], overrides=_profiles_config(out, {"pids": [server.pid]}))
         body = ("lorem ipsum dolor sit amet " * 8000).encode()  # 216 kB per request
         deadline = time.monotonic() + 120
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -105,15 +104,11 @@ def test_per_character_loop_in_a_request_path_ranks_first(start_agent, tmp_path)
         stop_process(server)
     run.stop()
     assert _cpu_samples_with(out, "checksum") >= 100, run.stderr[-3000:]
-    findings = advise(out)
-    top = findings[0]
-    assert top["kind"] == "cpu_hotspot"
-    assert top["location"] == {"function": "checksum", "file": str(CHARLOOP),
-                               "line": def_line(CHARLOOP, "checksum")}
+    top = first(out, "cpu_hotspot", "checksum", SERVER)
     # the loop is nearly all the server does; its self share is of the server's samples
     assert 0.5 <= top["share"] <= 1.0, top
-    loop = line_of(CHARLOOP, "for ch in text:")
-    assert f"per-character loop at charloop_server.py:{loop}" in top["evidence"]
+    loop = line_of(SERVER, "for ch in text:")
+    assert f"per-character loop at cpu_http_server.py:{loop}" in top["evidence"]
     assert any(t["line"] == loop for t in top["source"])
 
 
@@ -130,14 +125,14 @@ def _run_planted(start_agent, tmp_path: Path, libcuda: Path, mode: str,
     metrics to the file exporter); the folder advise reads."""
     require_kernel()
     name, out = f"advise-{mode}"[:15], tmp_path / "out"
-    run = start_agent([1], overrides=_profiles_config(out, name, {
+    run = start_agent([1], overrides=_profiles_config(out, {"process_names": [name]}, {
         "enabled": True, "scan_interval": "200ms", "libraries": [str(libcuda)]}))
     app = subprocess.Popen([sys.executable, str(PLANTED), str(libcuda), mode, name],
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                            env={**os.environ, "STANDIN_KERNEL_US": str(kernel_us)})
     try:
         assert app.stdout.readline().strip() == "ready"  # after cuInit
-        _wait_log(run, f"pid {app.pid} runs CPython", app, 60)  # its frames will be walked
+        run.wait_log(f"pid {app.pid} runs CPython", app, 60)  # its frames will be walked
         app.stdin.write("go\n")
         app.stdin.flush()
         assert app.stdout.readline().strip() == "done"
@@ -161,20 +156,14 @@ def _run_planted(start_agent, tmp_path: Path, libcuda: Path, mode: str,
 
 def test_copy_inside_a_loop_ranks_first(start_agent, tmp_path, libcuda):
     out = _run_planted(start_agent, tmp_path, libcuda, "copy_loop")
-    top = advise(out)[0]
-    assert top["kind"] == "copy_in_loop"
-    assert top["location"] == {"function": "upload_rows", "file": str(PLANTED),
-                               "line": def_line(PLANTED, "upload_rows")}
+    top = first(out, "copy_in_loop", "upload_rows", PLANTED)
     assert top["share"] >= 0.5, top  # of the process's copy time: the one big copy is fast
     assert top["evidence"][0].startswith("2000 copies, 7.8 MiB in all (4.0 KiB each")
 
 
 def test_launch_storm_ranks_first_with_kernel_names(start_agent, tmp_path, libcuda):
     out = _run_planted(start_agent, tmp_path, libcuda, "launch_storm")
-    top = advise(out)[0]
-    assert top["kind"] == "launch_storm"
-    assert top["location"] == {"function": "tiny_kernels", "file": str(PLANTED),
-                               "line": def_line(PLANTED, "tiny_kernels")}
+    top = first(out, "launch_storm", "tiny_kernels", PLANTED)
     assert top["share"] == 1.0  # every launch of the program
     assert top["evidence"][0].startswith("3000 kernel launches")
     assert "kernels: scale_add(float*, float*, float, int) (3000)" in top["evidence"]
@@ -192,9 +181,6 @@ def test_launch_storm_ranks_first_with_kernel_names(start_agent, tmp_path, libcu
 def test_sync_per_step_ranks_first(start_agent, tmp_path, libcuda):
     # 40 steps of 3 kernels of 20 ms each: ~2.4 s of the CPU waiting
     out = _run_planted(start_agent, tmp_path, libcuda, "sync_step", kernel_us=20_000)
-    top = advise(out)[0]
-    assert top["kind"] == "sync_per_step"
-    assert top["location"] == {"function": "loss_value", "file": str(PLANTED),
-                               "line": def_line(PLANTED, "loss_value")}
+    top = first(out, "sync_per_step", "loss_value", PLANTED)
     assert top["evidence"][0].startswith("40 calls (stream_sync)")
     assert top["share"] >= 0.3, top  # of the profiles' window, spent waiting

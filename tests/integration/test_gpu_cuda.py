@@ -251,27 +251,36 @@ def test_cuinit_is_reported(built, tracer):
         app.close()
 
 
+def start_python_app(monitor, tracer, built: Path, script: str,
+                     env: dict | None = None) -> subprocess.Popen:
+    """A Python program of tests/support/cuda on the stand-in driver, once it said `ready`
+    (after its cuInit) and the monitor registered its interpreter from that cuInit: its
+    calls from now on come with their Python frames."""
+    import sys
+
+    assert tracer.probes.attach(str(built / "libcuda.so.1"))
+    proc = subprocess.Popen([sys.executable, str(SRC / script), str(built / "libcuda.so.1")],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+    assert proc.stdout.readline().strip() == "ready"
+    deadline = time.monotonic() + 10
+    while proc.pid not in monitor._pythons and time.monotonic() < deadline:
+        monitor.drain(100)
+    assert proc.pid in monitor._pythons
+    return proc
+
+
 def test_python_allocation_sites(built, tracer):
     """A Python caller's frames come with its allocations (the CPU profiler's walk, run at
     the allocation's return), named while the process lives."""
-    import sys
 
     from otel_ebpf.profiling.frames import PYTHON
 
     profiles = _Profiles()
     monitor = GpuMonitor(tracer, {}, ProcessResources(), Stats(),
                          profile_exporters={"p": profiles}, interval_s=3600)
-    assert tracer.probes.attach(str(built / "libcuda.so.1"))
-    proc = subprocess.Popen([sys.executable, str(SRC / "py_app.py"),
-                             str(built / "libcuda.so.1")], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    proc = start_python_app(monitor, tracer, built, "py_app.py")
     try:
-        assert proc.stdout.readline().strip() == "ready"
-        # cuInit came first: the interpreter is registered before the allocations
-        deadline = time.monotonic() + 10
-        while proc.pid not in monitor._pythons and time.monotonic() < deadline:
-            monitor.drain(100)
-        assert proc.pid in monitor._pythons
         proc.stdin.write("go\n")
         proc.stdin.flush()
         proc.stdout.readline()
@@ -299,24 +308,15 @@ def test_compute_view_kernel_names_waits_and_virtual_memory(built, tracer):
     cuKernelGetFunction; cuModuleGetFunction with cuLaunchKernelEx), demangled, by Python
     caller; time in each synchronize call by Python caller; cuMemCreate/cuMemMap counted
     as memory held and mapped until cuMemUnmap/cuMemRelease."""
-    import sys
 
     from otel_ebpf.profiling.frames import CUDA, PYTHON
 
     metrics, profiles = _Collect(), _Profiles()
     monitor = GpuMonitor(tracer, {"c": metrics}, ProcessResources(), Stats(),
                          profile_exporters={"p": profiles}, interval_s=3600)
-    assert tracer.probes.attach(str(built / "libcuda.so.1"))
-    proc = subprocess.Popen([sys.executable, str(SRC / "compute_app.py"),
-                             str(built / "libcuda.so.1")], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "STANDIN_KERNEL_US": "5000"})
+    proc = start_python_app(monitor, tracer, built, "compute_app.py",
+                            {"STANDIN_KERNEL_US": "5000"})
     try:
-        assert proc.stdout.readline().strip() == "ready"
-        deadline = time.monotonic() + 10
-        while proc.pid not in monitor._pythons and time.monotonic() < deadline:
-            monitor.drain(100)
-        assert proc.pid in monitor._pythons
         proc.stdin.write("go\n")
         proc.stdin.flush()
         handle = int(proc.stdout.readline().split()[1], 16)
