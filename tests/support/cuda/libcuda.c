@@ -165,25 +165,21 @@ EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_
 				     CUstream hStream)
 { (void)hStream; return cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount); }
 
-EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+/* a kernel by name: its function handle, or its kernel handle */
+static CUresult lookup(const char *name, void **out, int want_kernel)
 {
-	(void)hmod;
-	int i = name && hfunc ? kernel_index(name) : -1;
+	int i = name && out ? kernel_index(name) : -1;
 	if (i < 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	*hfunc = (CUfunction)&kernels[i].func;
+	*out = want_kernel ? (void *)&kernels[i].kern : (void *)&kernels[i].func;
 	return CUDA_SUCCESS;
 }
 
+EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{ (void)hmod; return lookup(name, (void **)hfunc, 0); }
+
 EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
-{
-	(void)library;
-	int i = name && pKernel ? kernel_index(name) : -1;
-	if (i < 0)
-		return CUDA_ERROR_INVALID_VALUE;
-	*pKernel = (CUkernel)&kernels[i].kern;
-	return CUDA_SUCCESS;
-}
+{ (void)library; return lookup(name, (void **)pKernel, 1); }
 
 EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
