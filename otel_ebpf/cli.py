@@ -1,4 +1,4 @@
-"""`otel-ebpf run | check | advise | flamegraph | version`: the command line. Exit codes: 0 fine, 1 cannot
+"""`otel-ebpf run | check | advise | flamegraph | top | version`: the command line. Exit codes: 0 fine, 1 cannot
 run here (privileges, kernel, BPF objects; advise: the model's server failed), 2 invalid
 configuration (advise: unreadable input)."""
 
@@ -199,6 +199,28 @@ def cmd_flamegraph(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_top(args: argparse.Namespace) -> int:
+    from otel_ebpf.config import parse_duration
+    from otel_ebpf.views.top import run
+
+    try:
+        window, interval = parse_duration(args.window), parse_duration(args.interval)
+    except ValueError as exc:
+        _say(f"otel-ebpf top: {exc}")
+        return EXIT_BAD_CONFIG
+    if window <= 0 or interval <= 0:
+        _say("otel-ebpf top: --window and --interval must be more than 0")
+        return EXIT_BAD_CONFIG
+    if not os.path.exists(args.file) and args.once:
+        _say(f"otel-ebpf top: {args.file}: no such file")
+        return EXIT_BAD_CONFIG
+    try:
+        run(args.file, window, interval, args.once, Console())
+    except KeyboardInterrupt:
+        pass
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="otel-ebpf",
@@ -238,6 +260,13 @@ def build_parser() -> argparse.ArgumentParser:
     flame.add_argument("-o", "--output", default="flamegraph.svg",
                        help="the SVG file (default flamegraph.svg; - for stdout)")
     flame.set_defaults(func=cmd_flamegraph)
+    top = sub.add_parser("top", help="a live table per service from the spans file the "
+                         "agent's file exporter writes")
+    top.add_argument("file", help="the file exporter's path (OTLP/JSON lines)")
+    top.add_argument("--window", default="60s", help="spans counted (default 60s)")
+    top.add_argument("--interval", default="2s", help="refresh period (default 2s)")
+    top.add_argument("--once", action="store_true", help="print the table once and exit")
+    top.set_defaults(func=cmd_top)
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=lambda _a: print(__version__) or EXIT_OK)
     return parser

@@ -67,6 +67,7 @@ class Span:
     end_ns: int
     attributes: Mapping[str, Any]
     resource: Mapping[str, Any]
+    status_code: int = 0  # OTLP StatusCode: 2 is an error
 
     @property
     def duration_s(self) -> float:

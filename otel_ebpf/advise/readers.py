@@ -130,7 +130,8 @@ def _attrs(kvs: Iterable[Mapping[str, Any]] | None) -> dict[str, Any]:
     return {kv["key"]: _any(kv.get("value", {})) for kv in kvs or ()}
 
 
-def _spans(tree: Mapping[str, Any]) -> Iterable[Span]:
+def spans_of(tree: Mapping[str, Any]) -> Iterable[Span]:
+    """The spans of one ExportTraceServiceRequest in OTLP/JSON."""
     for rs in tree.get("resourceSpans", []):
         resource = _attrs(rs.get("resource", {}).get("attributes"))
         for ss in rs.get("scopeSpans", []):
@@ -139,7 +140,7 @@ def _spans(tree: Mapping[str, Any]) -> Iterable[Span]:
                            sp.get("parentSpanId", ""), sp.get("name", ""),
                            int(sp.get("kind", 0)), int(sp.get("startTimeUnixNano", 0)),
                            int(sp.get("endTimeUnixNano", 0)), _attrs(sp.get("attributes")),
-                           resource)
+                           resource, int(sp.get("status", {}).get("code", 0)))
 
 
 def _points(tree: Mapping[str, Any]) -> Iterable[Point]:
@@ -215,7 +216,7 @@ def read_json_lines(path: Path, ev: Evidence, since_ns: int = 0) -> None:
             if not isinstance(tree, dict):
                 raise ReadError(f"{path}:{n}: not an OTLP/JSON request")
             if "resourceSpans" in tree:
-                ev.spans.extend(s for s in _spans(tree) if s.end_ns >= since_ns)
+                ev.spans.extend(s for s in spans_of(tree) if s.end_ns >= since_ns)
             elif "resourceMetrics" in tree:
                 ev.points.extend(p for p in _points(tree) if p.time_ns >= since_ns)
             elif "resourceProfiles" in tree:

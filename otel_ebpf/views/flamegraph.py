@@ -102,7 +102,7 @@ def render(root: _Node, unit: str, title: str) -> str:
     scale = (WIDTH - 20) / root.value
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
            f'viewBox="0 0 {WIDTH} {height}" font-family="monospace" font-size="{FONT}">',
-           f'<rect width="100%" height="100%" fill="#f8f8f8"/>',
+           '<rect width="100%" height="100%" fill="#f8f8f8"/>',
            f'<text x="{WIDTH / 2}" y="{ROW}" text-anchor="middle" font-size="{FONT + 3}">'
            f'{escape(title)}</text>']
 

@@ -146,6 +146,7 @@ def _span(span_id, parent, name, kind, start_ms, end_ms, attrs=None, service="gw
 def _lines(spans) -> bytes:
     by_service: dict[str, list] = {}
     for s in spans:
+        s = dict(s)
         by_service.setdefault(s.pop("_service"), []).append(s)
     return orjson.dumps({"resourceSpans": [
         {"resource": {"attributes": [{"key": "service.name", "value": {"stringValue": svc}}]},
@@ -290,3 +291,34 @@ def test_flamegraph_svg(tmp_path, app):
                         str(tmp_path / "p"), "--kind", "launches"], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2 and "no launches samples" in r.stderr
+
+
+def test_top_follows_the_spans_file(tmp_path):
+    from rich.console import Console
+
+    from otel_ebpf.views.top import Follower, Top
+
+    spans = [_span(f"{i:016x}", "", "chat m", 2, i * 100, i * 100 + 50 + i, {
+        "gen_ai.response.time_to_first_chunk": 0.02}, "vllm") for i in range(10)]
+    spans[3]["status"] = {"code": 2}
+    path = tmp_path / "traces.jsonl"
+    second = _lines(spans[5:])
+    path.write_bytes(_lines(spans[:5]) + second[:-10])  # the last line half written
+    follower, top = Follower(str(path)), Top(window_s=60)
+    top.add(follower.spans())
+    (row,) = top.rows.values()
+    assert len(row.spans) == 5
+    with path.open("ab") as f:
+        f.write(second[-10:])  # the line completed
+    top.add(follower.spans())
+    assert len(row.spans) == 10
+    console = Console(record=True, width=150)
+    console.print(top.table())
+    text = console.export_text()
+    # 10 spans in 60 s; 1 error; durations 50..59 ms, p50 55 ms, p99 59 ms; TTFT 20 ms
+    assert "vllm" in text and "server" in text and "0.17" in text and "1 (10%)" in text
+    assert "55.0" in text and "59.0" in text and "20.0" in text
+    r = subprocess.run([sys.executable, "-m", "otel_ebpf.cli", "top", str(path), "--once"],
+                       capture_output=True, text=True, timeout=60, env={**os.environ,
+                                                                       "COLUMNS": "150"})
+    assert r.returncode == 0 and "vllm" in r.stdout, r.stderr
