@@ -60,10 +60,11 @@ def read_pprof(path: Path) -> Profile:
         return st[i] if 0 <= i < len(st) else ""
 
     functions = {f.id: f for f in p.function}
+    mappings = {m.id: m for m in p.mapping}
     locations: dict[int, list[Frame]] = {}
     for loc in p.location:
         frames = []
-        mapping = next((m for m in p.mapping if m.id == loc.mapping_id), None)
+        mapping = mappings.get(loc.mapping_id)
         for line in loc.line:  # innermost (inlined) first, as pprof orders them
             f = functions.get(line.function_id)
             module = s(f.filename) if f else (s(mapping.filename) if mapping else "")
@@ -190,15 +191,25 @@ def _otlp_profiles(line: bytes, origin: str) -> Iterable[Profile]:
         resource = {kv.key: getattr(kv.value, kv.value.WhichOneof("value"))
                     for kv in rp.resource.attributes if kv.value.WhichOneof("value")}
         for sp in rp.scope_profiles:
+            # OTLP holds one sample type per Profile: the profiles of one batch (same
+            # time, same samples in the same order) are one profile of several types again
+            groups: dict[tuple, list] = {}
             for prof in sp.profiles:
-                types = ((s(prof.sample_type.type_strindex), s(prof.sample_type.unit_strindex)),)
+                shape = (prof.time_unix_nano, prof.duration_nano,
+                         tuple((smp.stack_index, tuple(smp.attribute_indices), len(smp.values))
+                               for smp in prof.samples))
+                groups.setdefault(shape, []).append(prof)
+            for (start, duration, _), profs in groups.items():
+                types = tuple((s(p.sample_type.type_strindex), s(p.sample_type.unit_strindex))
+                              for p in profs)
                 samples = []
-                for smp in prof.samples:
+                for j, smp in enumerate(profs[0].samples):
                     labels = {**resource, **dict(attr(i) for i in smp.attribute_indices)}
                     frames = frames_of(smp.stack_index)
-                    for v in smp.values:  # one sample per value, as pprof would have them
-                        samples.append(Sample(frames, (int(v),), labels))
-                yield Profile(types, samples, prof.time_unix_nano, prof.duration_nano, origin)
+                    for k in range(len(smp.values)):  # a sample per point, as in pprof
+                        samples.append(Sample(frames, tuple(int(p.samples[j].values[k])
+                                                            for p in profs), labels))
+                yield Profile(types, samples, start, duration, origin)
 
 
 def read_json_lines(path: Path, ev: Evidence, since_ns: int = 0) -> None:

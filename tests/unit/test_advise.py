@@ -97,28 +97,40 @@ def test_folded_and_otlp_profiles_give_the_same_hot_spot(tmp_path, app):
     (tmp_path / "o").mkdir()
     (tmp_path / "o" / "profiles.jsonl").write_bytes(
         to_otlp_json(encode_request(cpu_batch(app))))
-    top = advise([str(tmp_path / "o")])[0][0]
+    findings, ev = advise([str(tmp_path / "o")])
+    # the OTLP request's two profiles (samples, cpu) are one profile of two types again
+    (prof,) = ev.profiles
+    assert prof.sample_types == CPU_TYPES and len(prof.samples) == 3
+    top = findings[0]
     assert top.location == Location("checksum", str(app), 8)
-    assert top.share == pytest.approx(0.8)
+    assert top.share == pytest.approx(0.8) and "(8 of 10)" in top.evidence[0]
 
 
-def _gpu(types, samples, name, folder: Path) -> None:
-    write(ProfileBatch(types, T0, T0 + 2 * 10**9, samples, name=name), folder, prefix="gpu")
+def _gpu(types, samples, name, folder: Path, fmt: str) -> None:
+    batch = ProfileBatch(types, T0, T0 + 2 * 10**9, samples, name=name)
+    if fmt == "pprof":
+        write(batch, folder, prefix="gpu")
+    else:  # OTLP/JSON lines, as a Collector's file exporter writes profiles
+        folder.mkdir(exist_ok=True)
+        with (folder / "profiles.jsonl").open("ab") as f:
+            f.write(to_otlp_json(encode_request(batch)))
 
 
-def test_gpu_copies_launches_and_waits_rank_by_share(tmp_path, app):
+@pytest.mark.parametrize("fmt", ["pprof", "otlp"])
+def test_gpu_copies_launches_and_waits_rank_by_share(tmp_path, app, fmt):
     loop, weights, step = _py("handler", app, 4), _py("checksum", app, 8), _py("main", app, 1)
     out = tmp_path / "g"
     _gpu(COPY_SAMPLE_TYPES, [
         ProfileSample((loop,), (500, 500 * 4096, 50_000_000), {**RES, "gpu.copy.api": "memcpy_htod"}),
         # 8 MiB async copies enqueued at 1 GB/s: they blocked (pageable memory)
         ProfileSample((weights,), (4, 32 << 20, 33_554_432),
-                      {**RES, "gpu.copy.api": "memcpy_htod_async"})], "copies", out)
+                      {**RES, "gpu.copy.api": "memcpy_htod_async"})], "copies", out, fmt)
     _gpu(LAUNCH_SAMPLE_TYPES, [ProfileSample(
         (Frame("scale(float*)", "[cuda kernel]", CUDA), step), (4000,),
-        {**RES, "gpu.kernel.name": "scale(float*)"})], "launches", out)
+        {**RES, "gpu.kernel.name": "scale(float*)"})], "launches", out, fmt)
     _gpu(SYNC_SAMPLE_TYPES, [ProfileSample((step,), (100, 10**9),
-                                           {**RES, "gpu.sync.api": "stream_sync"})], "sync", out)
+                                           {**RES, "gpu.sync.api": "stream_sync"})], "sync",
+         out, fmt)
     findings, _ = advise([str(out)])
     by_kind = {f.kind: f for f in findings}
     assert by_kind["copy_in_loop"].location.function == "handler"
