@@ -217,7 +217,8 @@ class GpuMonitor:
     def kernel_names(self, pids: set[int]) -> dict[tuple[int, int], str]:
         """{(pid, handle): name} for every handle a launch of these processes may pass:
         functions and kernels looked up by name, and functions made from kernels."""
-        names = {k: v for k, v in self._kernel_names.items() if k[0] in pids}
+        # list(): one step under the GIL, while the drain thread adds names
+        names = {k: v for k, v in list(self._kernel_names.items()) if k[0] in pids}
         for (pid, func), kernel in list(self._kernel_of.items()):
             name = self._kernel_names.get((pid, kernel))
             if pid in pids and name:
