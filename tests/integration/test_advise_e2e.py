@@ -119,6 +119,14 @@ def libcuda(tmp_path_factory) -> Path:
     return build_libcuda(tmp_path_factory.mktemp("advisecuda"))
 
 
+def _exported(out: Path, pattern: str, pid: int) -> int:
+    """Calls of process `pid` in the profiles written so far (their first value)."""
+    from otel_ebpf.advise.readers import read_pprof
+
+    return sum(s.values[0] for f in out.glob(pattern) for s in read_pprof(f).samples
+               if s.labels.get("process.pid") == pid)
+
+
 def _run_planted(start_agent, tmp_path: Path, libcuda: Path, mode: str,
                  kernel_us: int = 20) -> Path:
     """The planted program under the agent (GPU profiles and CPU profiles as pprof, GPU
@@ -136,14 +144,15 @@ def _run_planted(start_agent, tmp_path: Path, libcuda: Path, mode: str,
         app.stdin.write("go\n")
         app.stdin.flush()
         assert app.stdout.readline().strip() == "done"
-        # the interval after the work is exported while the program lives: its Python
-        # frames are named from its memory
-        kind = {"copy_loop": "copies", "launch_storm": "launches", "sync_step": "sync"}[mode]
+        # every call of the work exported while the program lives (its Python frames are
+        # named from its memory)
+        kind, calls = {"copy_loop": ("copies", 2001), "launch_storm": ("launches", 3000),
+                       "sync_step": ("sync", 40)}[mode]
         deadline = time.monotonic() + 60
-        seen = len(list(out.glob(f"gpu-{kind}-*.pb.gz")))
-        while len(list(out.glob(f"gpu-{kind}-*.pb.gz"))) <= seen:
+        while _exported(out, f"gpu-{kind}-*.pb.gz", app.pid) < calls:
             if time.monotonic() > deadline:
-                pytest.fail(f"no gpu-{kind} profile:\n{run.stderr[-3000:]}")
+                pytest.fail(f"not all {calls} calls in the gpu-{kind} profiles:\n"
+                            f"{run.stderr[-3000:]}")
             time.sleep(0.2)
     finally:
         stop_process(app)
