@@ -3,7 +3,8 @@ frame-pointer walk: the CUDA probes (bpf/cuda.bpf.c) on the stand-in libcuda
 (tests/support/cuda/libcuda.c), a Python program calling it through a library built
 without frame pointers (tests/support/cuda/nofp_alloc.c: load path of ~20 native frames:
 CPython, ctypes, libffi, the library) in a loop of N allocations (each freed) and N kernel
-launches. Per mode (no probes, frame pointers, unwind tables; --repeats runs each,
+launches. Per mode (no probes, frame pointers, frame pointers with the caller's Python
+frames walked at each call, unwind tables; --repeats runs each,
 interleaved): the BPF programs' run time per call (kernel.bpf_stats_enabled, switched on
 for the run and restored; `bpftool prog show`) for the return program (`cu_return`: the
 allocation's walk, and the frees' cheap returns) and the launch program
@@ -32,6 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from otel_ebpf.kernel.cuda_tracer import CudaTracer  # noqa: E402
 from otel_ebpf.kernel.libbpf import LibbpfLog  # noqa: E402
+from otel_ebpf.profiling.symbolizer import Symbolizer  # noqa: E402
 from otel_ebpf.profiling.unwinder import UnwindTables  # noqa: E402
 from tests.support.cuda import SRC, build_libcuda, build_nofp_alloc  # noqa: E402
 
@@ -66,6 +68,13 @@ def run(mode: str, calls: int, libcuda: Path, nofp: Path) -> dict:
                     events[0] += 1
     try:
         assert app.stdout.readline().strip() == "ready"
+        if mode == "python":  # the app's interpreter registered, as the GPU monitor does
+            found = []
+            sym = Symbolizer(on_python=lambda i: found.append(i) or tracer.set_python(
+                i.pid, i.runtime, i.offsets.kernel_fields()))
+            sym.process(app.pid)
+            assert found, "the app's interpreter was not found"
+            sym.close()
         if tables:
             tables.unwinder.add(app.pid)
             deadline = time.monotonic() + 120
@@ -132,7 +141,7 @@ def main() -> None:
     runs: dict[str, list[dict]] = {}
     try:
         for _ in range(args.repeats):
-            for mode in ("none", "fp", "tables"):
+            for mode in ("none", "fp", "python", "tables"):
                 r = run(mode, args.calls, libcuda, nofp)
                 print(json.dumps(r), flush=True)
                 runs.setdefault(mode, []).append(r)
@@ -144,10 +153,10 @@ def main() -> None:
           "program: alloc + free (µs per pair) | program: launch (µs) | "
           "frames by table per allocation |")
     print("|---|---|---|---|---|---|")
-    for mode in ("none", "fp", "tables"):
+    for mode in ("none", "fp", "python", "tables"):
         rs = runs[mode]
         frames = [r["unwind_table_frames"] / r["unwind_stacks"] for r in rs if r["unwind_stacks"]]
-        print(f"| {dict(none='no probes', fp='frame pointers', tables='unwind tables')[mode]} "
+        print(f"| {dict(none='no probes', fp='frame pointers', python='frame pointers + Python frames', tables='unwind tables')[mode]} "
               f"| {_med([r['cu_return_us'] for r in rs])} "
               f"| {_med([r['bpf_launch_us'] for r in rs])} "
               f"| {_med([r['alloc_free_us'] for r in rs])} "

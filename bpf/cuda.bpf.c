@@ -2,7 +2,9 @@
 /* GPU memory from the CUDA driver (libcuda.so.1), by uprobes: allocations and frees with
  * their device pointers (the pointer an allocation returns through its out-parameter is
  * read at return, when the call succeeded), the allocating user stack, host<->device copies
- * (count, bytes, time) and kernel launches (count by launching stack).
+ * (count, bytes, time by stack), kernel launches (count by launching stack and kernel, the
+ * kernels named from the runtime's lookups), time spent waiting in the synchronize calls
+ * by stack, and the virtual memory calls (cuMemCreate/cuMemMap) of expandable segments.
  *
  * Allocations and frees are rare (caching allocators keep segments) and go to user space
  * one by one; copies and launches can be hot, so they are only counted here, in maps that
@@ -34,10 +36,10 @@ const volatile struct gpu_config gcfg = {};
 
 /* A driver call in progress on a thread, from entry to return. */
 struct gpu_call {
-	__u64 out;      /* where the call writes its result (CUdeviceptr *, CUcontext *) */
-	__u64 pitch;    /* cuMemAllocPitch: size_t *pPitch */
+	__u64 out;      /* where the call writes its result (CUdeviceptr *, CUcontext *, CUfunction *) */
+	__u64 pitch;    /* cuMemAllocPitch: size_t *pPitch; name lookups: const char *name */
 	__u64 size;     /* bytes (for the pitch form: the height) */
-	__u64 dptr;     /* frees: the pointer */
+	__u64 dptr;     /* frees, maps: the pointer (cuMemRelease: the handle; cuKernelGetFunction: the kernel) */
 	__u64 enter_ns;
 	__u32 api;
 	__s32 device;   /* context creation: the device */
@@ -71,19 +73,14 @@ struct {
 	__type(value, __u64); /* the thread's current CUcontext */
 } thread_ctx SEC(".maps");
 
+/* launches, copies and synchronizations by calling stack (and kernel): the hot calls are
+ * only counted here; user space reads the totals each interval */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
-	__type(key, struct gpu_copy_key);
-	__type(value, struct gpu_copy_totals);
-} gpu_copies SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct gpu_launch_key);
-	__type(value, __u64);
-} gpu_launches SEC(".maps");
+	__type(key, struct gpu_site_key);
+	__type(value, struct gpu_site_totals);
+} gpu_sites SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
@@ -91,6 +88,27 @@ struct {
 	__uint(key_size, sizeof(__u32));
 	__uint(value_size, GPU_MAX_LAUNCH_STACK * sizeof(__u64));
 } gpu_stacks SEC(".maps");
+
+/* A site key is assembled here (with the Python walk's 96 frames, it is larger than the
+ * BPF stack); py[] receives the whole walk, the key keeps its innermost frames. */
+struct site_scratch {
+	struct gpu_site_key key;
+	__u64 py[PROF_MAX_PY_FRAMES];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct site_scratch);
+} site_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct gpu_name_event);
+} name_scratch SEC(".maps");
 
 /* An event is assembled here (it is larger than the BPF stack) and sent at its real size. */
 struct {
@@ -165,7 +183,8 @@ static __always_inline void emit(void *ctx, struct gpu_call *call, __u64 id, __u
 		return;
 	ev->type = type;
 	ev->api = call->api;
-	ev->device = current_device((__u32)id);
+	/* cuMemCreate says its device in its properties; the others use the current context's */
+	ev->device = call->device >= 0 ? (__s16)call->device : current_device((__u32)id);
 	ev->pid = id >> 32;
 	ev->tid = (__u32)id;
 	ev->ts_ns = now;
@@ -213,22 +232,73 @@ static __always_inline void emit(void *ctx, struct gpu_call *call, __u64 id, __u
 		count(GPU_CNT_RINGBUF_DROPS);
 }
 
-static __always_inline void add_copy(struct gpu_call *call, __u64 id, __u64 now)
+/* The key of a launch, copy or synchronization made by the current thread: process,
+ * device, user stack (at entry for launches, at the return site for the others) and the
+ * thread's innermost Python frames. */
+static __always_inline struct gpu_site_key *site_key(void *ctx, __u64 id, __u16 api,
+						     __u64 caller, __u64 func)
 {
-	struct gpu_copy_key key = {
-		.pid = id >> 32, .api = call->api, .device = current_device((__u32)id),
-	};
-	struct gpu_copy_totals *t = bpf_map_lookup_elem(&gpu_copies, &key);
+	__u32 zero = 0;
+	struct site_scratch *sc = bpf_map_lookup_elem(&site_scratch, &zero);
+	if (!sc)
+		return NULL;
+	struct gpu_site_key *k = &sc->key;
+	k->pid = id >> 32;
+	k->api = api;
+	k->device = current_device((__u32)id);
+	k->caller = caller;
+	k->func = func;
+	long sid = bpf_get_stackid(ctx, &gpu_stacks, BPF_F_USER_STACK);
+	if (sid < 0)
+		count(GPU_CNT_STACK_MISSES);
+	k->stack_id = sid < 0 ? -1 : (__s32)sid;
+	__u16 n = 0, status = 0;
+	py_walk_current(sc->py, &n, &status);
+	k->py_status = status;
+	k->py_n = n < GPU_SITE_PY_FRAMES ? n : GPU_SITE_PY_FRAMES;
+	/* the walk's buffer holds an earlier walk's frames past n: zeroed, or keys differ */
+	for (int i = 0; i < GPU_SITE_PY_FRAMES; i++)
+		k->py[i] = i < k->py_n ? sc->py[i] : 0;
+	return k;
+}
+
+static __always_inline void add_site(struct gpu_site_key *k, __u64 bytes, __u64 ns)
+{
+	struct gpu_site_totals *t = bpf_map_lookup_elem(&gpu_sites, k);
 	if (!t) {
-		struct gpu_copy_totals zero = {};
-		bpf_map_update_elem(&gpu_copies, &key, &zero, BPF_NOEXIST);
-		t = bpf_map_lookup_elem(&gpu_copies, &key);
-		if (!t)
+		struct gpu_site_totals zero = {};
+		bpf_map_update_elem(&gpu_sites, k, &zero, BPF_NOEXIST);
+		t = bpf_map_lookup_elem(&gpu_sites, k); /* ours, or another CPU's made first */
+		if (!t) {
+			count(GPU_CNT_SITE_MISSES);
 			return;
+		}
 	}
 	__sync_fetch_and_add(&t->count, 1);
-	__sync_fetch_and_add(&t->bytes, call->size);
-	__sync_fetch_and_add(&t->ns, now - call->enter_ns);
+	if (bytes)
+		__sync_fetch_and_add(&t->bytes, bytes);
+	if (ns)
+		__sync_fetch_and_add(&t->ns, ns);
+}
+
+/* A name lookup returned: the handle it made, with the kernel's name (or, for
+ * cuKernelGetFunction, the kernel the function is made from) */
+static __always_inline void emit_name(struct gpu_call *call, __u64 id, __u64 handle)
+{
+	__u32 zero = 0;
+	struct gpu_name_event *ev = bpf_map_lookup_elem(&name_scratch, &zero);
+	if (!ev)
+		return;
+	ev->type = GPU_EV_NAME;
+	ev->api = call->api;
+	ev->pid = id >> 32;
+	ev->handle = handle;
+	ev->kernel = call->api == GPU_API_KERNEL_GET_FUNCTION ? call->dptr : 0;
+	ev->name[0] = 0;
+	if (call->pitch)
+		bpf_probe_read_user_str(ev->name, sizeof(ev->name), (void *)call->pitch);
+	if (bpf_ringbuf_output(&gpu_events, ev, sizeof(*ev), BPF_RB_NO_WAKEUP))
+		count(GPU_CNT_RINGBUF_DROPS);
 }
 
 /* ---- entries ---- */
@@ -272,32 +342,81 @@ COPY_ENTRY(cu_memcpy_async, GPU_API_MEMCPY_ASYNC)
 
 /* Launches are the hottest call: counted at entry, no return probe. The stack is taken at
  * entry: its first frame is cuLaunchKernel itself, and the frame-pointer walk skips the
- * direct caller, whose return address is on top of the stack: kept in the key. */
-SEC("uprobe")
-int BPF_KPROBE(cu_launch_kernel)
+ * direct caller, whose return address is on top of the stack: kept in the key, with the
+ * function launched (its name comes from the lookup that made it). */
+static __always_inline int launch(void *ctx, __u64 func)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	if (ignored(id))
 		return 0;
-	long sid = bpf_get_stackid(ctx, &gpu_stacks, BPF_F_USER_STACK);
-	if (sid < 0)
-		count(GPU_CNT_STACK_MISSES);
-	struct gpu_launch_key key = {
-		.pid = id >> 32, .stack_id = sid < 0 ? -1 : (__s32)sid,
-		.device = current_device((__u32)id),
-	};
-	bpf_probe_read_user(&key.caller, sizeof(key.caller), (void *)PT_REGS_SP(ctx));
-	__u64 *n = bpf_map_lookup_elem(&gpu_launches, &key);
-	if (n) {
-		__sync_fetch_and_add(n, 1);
-	} else {
-		__u64 one = 1;
-		if (bpf_map_update_elem(&gpu_launches, &key, &one, BPF_NOEXIST))
-			if ((n = bpf_map_lookup_elem(&gpu_launches, &key)))
-				__sync_fetch_and_add(n, 1); /* another CPU made it first */
-	}
+	__u64 caller = 0;
+	bpf_probe_read_user(&caller, sizeof(caller), (void *)PT_REGS_SP((struct pt_regs *)ctx));
+	struct gpu_site_key *k = site_key(ctx, id, GPU_API_LAUNCH_KERNEL, caller, func);
+	if (k)
+		add_site(k, 0, 0);
 	return 0;
 }
+
+/* cuLaunchKernel(CUfunction f, ...) */
+SEC("uprobe")
+int BPF_KPROBE(cu_launch_kernel, __u64 f)
+{ return launch(ctx, f); }
+
+/* cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, ...) */
+SEC("uprobe")
+int BPF_KPROBE(cu_launch_kernel_ex, void *config, __u64 f)
+{ return launch(ctx, f); }
+
+/* where the CPU waits for the GPU: timed entry to return, by stack */
+SEC("uprobe")
+int BPF_KPROBE(cu_stream_sync)
+{ return enter(GPU_API_STREAM_SYNC, 0, 0, 0, 0, -1); }
+
+SEC("uprobe")
+int BPF_KPROBE(cu_ctx_sync)
+{ return enter(GPU_API_CTX_SYNC, 0, 0, 0, 0, -1); }
+
+SEC("uprobe")
+int BPF_KPROBE(cu_event_sync)
+{ return enter(GPU_API_EVENT_SYNC, 0, 0, 0, 0, -1); }
+
+/* kernels' names: the runtime looks each function up once (cudart with lazy loading at
+ * its first launch), so these are rare */
+SEC("uprobe")
+int BPF_KPROBE(cu_module_get_function, __u64 *hfunc, void *hmod, const char *name)
+{ return enter(GPU_API_MODULE_GET_FUNCTION, (__u64)hfunc, (__u64)name, 0, 0, -1); }
+
+SEC("uprobe")
+int BPF_KPROBE(cu_library_get_kernel, __u64 *pkernel, void *library, const char *name)
+{ return enter(GPU_API_LIBRARY_GET_KERNEL, (__u64)pkernel, (__u64)name, 0, 0, -1); }
+
+SEC("uprobe")
+int BPF_KPROBE(cu_kernel_get_function, __u64 *pfunc, __u64 kernel)
+{ return enter(GPU_API_KERNEL_GET_FUNCTION, (__u64)pfunc, 0, 0, kernel, -1); }
+
+/* virtual memory management (PyTorch's expandable segments): physical allocations made
+ * and released, and their mappings */
+SEC("uprobe")
+int BPF_KPROBE(cu_mem_create, __u64 *handle, __u64 size, void *prop)
+{
+	/* CUmemAllocationProp: type, requestedHandleTypes, then CUmemLocation {type, id} */
+	__s32 dev = -1;
+	if (prop)
+		bpf_probe_read_user(&dev, sizeof(dev), prop + 12);
+	return enter(GPU_API_MEM_CREATE, (__u64)handle, 0, size, 0, dev);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(cu_mem_release, __u64 handle)
+{ return enter(GPU_API_MEM_RELEASE, 0, 0, 0, handle, -1); }
+
+SEC("uprobe")
+int BPF_KPROBE(cu_mem_map, __u64 ptr, __u64 size)
+{ return enter(GPU_API_MEM_MAP, 0, 0, size, ptr, -1); }
+
+SEC("uprobe")
+int BPF_KPROBE(cu_mem_unmap, __u64 ptr, __u64 size)
+{ return enter(GPU_API_MEM_UNMAP, 0, 0, size, ptr, -1); }
 
 /* cuInit: the process starts using CUDA (before its first allocation): user space looks
  * at it now (its interpreter, for Python allocation sites) rather than at the next scan */
@@ -392,6 +511,7 @@ int BPF_KRETPROBE(cu_return, __u32 rc)
 	case GPU_API_MEM_ALLOC_ASYNC:
 	case GPU_API_MEM_ALLOC_MANAGED:
 	case GPU_API_MEM_ALLOC_PITCH:
+	case GPU_API_MEM_CREATE: /* its "pointer" is the allocation's handle */
 		/* the out-parameter holds the pointer now that the call succeeded */
 		if (!call.out || bpf_probe_read_user(&out, sizeof(out), (void *)call.out))
 			return 0;
@@ -406,6 +526,7 @@ int BPF_KRETPROBE(cu_return, __u32 rc)
 		return 0;
 	case GPU_API_MEM_FREE:
 	case GPU_API_MEM_FREE_ASYNC:
+	case GPU_API_MEM_RELEASE:
 		if (call.dptr) /* freeing NULL is a successful no-op */
 			emit(ctx, &call, id, GPU_EV_FREE, call.dptr, 0, now);
 		return 0;
@@ -414,8 +535,31 @@ int BPF_KRETPROBE(cu_return, __u32 rc)
 	case GPU_API_MEMCPY_HTOD_ASYNC:
 	case GPU_API_MEMCPY_DTOH_ASYNC:
 	case GPU_API_MEMCPY:
-	case GPU_API_MEMCPY_ASYNC:
-		add_copy(&call, id, now);
+	case GPU_API_MEMCPY_ASYNC: {
+		struct gpu_site_key *k = site_key(ctx, id, call.api, 0, 0);
+		if (k)
+			add_site(k, call.size, now - call.enter_ns);
+		return 0;
+	}
+	case GPU_API_STREAM_SYNC:
+	case GPU_API_CTX_SYNC:
+	case GPU_API_EVENT_SYNC: {
+		struct gpu_site_key *k = site_key(ctx, id, call.api, 0, 0);
+		if (k)
+			add_site(k, 0, now - call.enter_ns);
+		return 0;
+	}
+	case GPU_API_MEM_MAP:
+	case GPU_API_MEM_UNMAP:
+		emit(ctx, &call, id, call.api == GPU_API_MEM_MAP ? GPU_EV_MAP : GPU_EV_UNMAP,
+		     call.dptr, call.size, now);
+		return 0;
+	case GPU_API_MODULE_GET_FUNCTION:
+	case GPU_API_LIBRARY_GET_KERNEL:
+	case GPU_API_KERNEL_GET_FUNCTION:
+		if (!call.out || bpf_probe_read_user(&out, sizeof(out), (void *)call.out) || !out)
+			return 0;
+		emit_name(&call, id, out);
 		return 0;
 	case CALL_CTX_RETAIN:
 	case CALL_CTX_CREATE:

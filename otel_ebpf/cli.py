@@ -1,5 +1,6 @@
-"""`otel-ebpf run | check | version`: the command line. Exit codes: 0 fine, 1 cannot run
-here (privileges, kernel, BPF objects), 2 invalid configuration."""
+"""`otel-ebpf run | check | advise | flamegraph | top | version`: the command line. Exit codes: 0 fine, 1 cannot
+run here (privileges, kernel, BPF objects; advise: the model's server failed), 2 invalid
+configuration (advise: unreadable input)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 
 from rich.console import Console
 from rich.table import Table
@@ -136,6 +138,89 @@ def _protocol_checks() -> list:
     ]
 
 
+def _say(line: str) -> None:
+    """A line on stderr as it is: paths in it are not wrapped to the terminal's width."""
+    sys.stderr.write(line + "\n")
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    from otel_ebpf.advise.llm import LLMError, ask
+    from otel_ebpf.advise.readers import ReadError
+    from otel_ebpf.advise.render import RENDERERS
+    from otel_ebpf.advise.report import advise
+    from otel_ebpf.config import parse_duration
+
+    if bool(args.llm_endpoint) != bool(args.model):
+        _say("otel-ebpf advise: --llm-endpoint and --model go together")
+        return EXIT_BAD_CONFIG
+    try:
+        since = parse_duration(args.since) if args.since else None
+    except (ConfigError, ValueError) as exc:
+        _say(f"otel-ebpf advise: --since {args.since!r}: {exc}")
+        return EXIT_BAD_CONFIG
+    try:
+        findings, evidence = advise(args.paths, since, args.top)
+    except (ReadError, OSError) as exc:
+        _say(f"otel-ebpf advise: {exc}")
+        return EXIT_BAD_CONFIG
+    rc = EXIT_OK
+    if args.llm_endpoint and findings:
+        try:
+            ask(args.llm_endpoint, args.model, findings[:args.llm_findings])
+        except LLMError as exc:  # the deterministic report still comes out
+            _say(f"otel-ebpf advise: the model was not asked: {exc}")
+            rc = EXIT_CANNOT_RUN
+    sys.stdout.write(RENDERERS[args.format](findings, evidence))
+    return rc
+
+
+def cmd_flamegraph(args: argparse.Namespace) -> int:
+    from otel_ebpf.advise.readers import ReadError, read
+    from otel_ebpf.config import parse_duration
+    from otel_ebpf.views.flamegraph import NoSamples, flamegraph
+
+    try:
+        since = parse_duration(args.since) if args.since else 0.0
+    except (ConfigError, ValueError) as exc:
+        _say(f"otel-ebpf flamegraph: --since {args.since!r}: {exc}")
+        return EXIT_BAD_CONFIG
+    try:
+        evidence = read(args.paths, time.time_ns() - int(since * 1e9) if since else 0)
+        svg = flamegraph(evidence.profiles, args.kind, args.value, args.title)
+    except (ReadError, NoSamples, OSError) as exc:
+        _say(f"otel-ebpf flamegraph: {exc}")
+        return EXIT_BAD_CONFIG
+    if args.output == "-":
+        sys.stdout.write(svg)
+    else:
+        with open(args.output, "w") as f:
+            f.write(svg)
+        _say(f"otel-ebpf flamegraph: wrote {args.output}")
+    return EXIT_OK
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    from otel_ebpf.config import parse_duration
+    from otel_ebpf.views.top import run
+
+    try:
+        window, interval = parse_duration(args.window), parse_duration(args.interval)
+    except ValueError as exc:
+        _say(f"otel-ebpf top: {exc}")
+        return EXIT_BAD_CONFIG
+    if window <= 0 or interval <= 0:
+        _say("otel-ebpf top: --window and --interval must be more than 0")
+        return EXIT_BAD_CONFIG
+    if not os.path.exists(args.file) and args.once:
+        _say(f"otel-ebpf top: {args.file}: no such file")
+        return EXIT_BAD_CONFIG
+    try:
+        run(args.file, window, interval, args.once, Console())
+    except KeyboardInterrupt:
+        pass
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="otel-ebpf",
@@ -148,6 +233,40 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
     check = sub.add_parser("check", help="report privileges and kernel features")
     check.set_defaults(func=cmd_check)
+    adv = sub.add_parser("advise", help="ranked findings from the agent's profiles, spans "
+                         "and metrics (files or folders)")
+    adv.add_argument("paths", nargs="+", metavar="PATH",
+                     help="pprof, folded or OTLP/JSON files, or folders of them")
+    adv.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    adv.add_argument("--since", help="only data of the last D (e.g. 15m, 2h)")
+    adv.add_argument("--top", type=int, default=10, help="findings shown (default 10)")
+    adv.add_argument("--llm-endpoint", metavar="URL", help="an OpenAI-compatible server "
+                     "to ask for a code change per top finding (nothing is sent without it)")
+    adv.add_argument("--model", metavar="NAME", help="the model to ask (with --llm-endpoint)")
+    adv.add_argument("--llm-findings", type=int, default=3, metavar="N",
+                     help="top findings sent to the model (default 3)")
+    adv.set_defaults(func=cmd_advise)
+    from otel_ebpf.views.flamegraph import KINDS
+
+    flame = sub.add_parser("flamegraph", help="an SVG flame graph of the agent's profiles")
+    flame.add_argument("paths", nargs="+", metavar="PATH",
+                       help="pprof, folded or OTLP/JSON profile files, or folders of them")
+    flame.add_argument("--kind", choices=KINDS, default="cpu",
+                       help="which profiles (default cpu)")
+    flame.add_argument("--value", help="the sample type to draw by (default: samples, "
+                       "alloc_space, kernel_launches, copy_time, sync_wait by kind)")
+    flame.add_argument("--since", help="only profiles of the last D (e.g. 15m)")
+    flame.add_argument("--title")
+    flame.add_argument("-o", "--output", default="flamegraph.svg",
+                       help="the SVG file (default flamegraph.svg; - for stdout)")
+    flame.set_defaults(func=cmd_flamegraph)
+    top = sub.add_parser("top", help="a live table per service from the spans file the "
+                         "agent's file exporter writes")
+    top.add_argument("file", help="the file exporter's path (OTLP/JSON lines)")
+    top.add_argument("--window", default="60s", help="spans counted (default 60s)")
+    top.add_argument("--interval", default="2s", help="refresh period (default 2s)")
+    top.add_argument("--once", action="store_true", help="print the table once and exit")
+    top.set_defaults(func=cmd_top)
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=lambda _a: print(__version__) or EXIT_OK)
     return parser

@@ -159,8 +159,8 @@ def _stamp(batch: ProfileBatch) -> str:
 
 
 class ProfileFileExporter:
-    """Writes each batch into a directory: `<prefix>-<UTC time>.pb.gz` (pprof) or
-    `<prefix>-<UTC time>.folded`; written to a temporary name, then renamed, so a reader
+    """Writes each batch into a directory: `<prefix>[-<batch name>]-<UTC time>.pb.gz`
+    (pprof) or `....folded`; written to a temporary name, then renamed, so a reader
     never sees half a file."""
 
     def __init__(self, directory: str, fmt: str, prefix: str = "cpu") -> None:
@@ -179,10 +179,11 @@ class ProfileFileExporter:
             data, suffix = gzip.compress(encode_pprof(batch)), ".pb.gz"
         else:
             data, suffix = encode_folded(batch).encode(), ".folded"
-        path = self.directory / f"{self.prefix}-{_stamp(batch)}{suffix}"
+        prefix = f"{self.prefix}-{batch.name}" if batch.name else self.prefix
+        path = self.directory / f"{prefix}-{_stamp(batch)}{suffix}"
         n = 1
         while path.exists():  # two batches in one second
-            path = self.directory / f"{self.prefix}-{_stamp(batch)}.{n}{suffix}"
+            path = self.directory / f"{prefix}-{_stamp(batch)}.{n}{suffix}"
             n += 1
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_bytes(data)

@@ -72,6 +72,8 @@ class ProfileBatch:
     samples: Sequence[ProfileSample]
     period_type: tuple[str, str] | None = None
     period: int = 0
+    # what the profile is, for file names (`gpu-launches-...`): "" for a profiler's one kind
+    name: str = ""
 
 
 def any_value(v: AttributeValue) -> common_pb2.AnyValue:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from otel_ebpf.kernel.cuda_abi import Api, GpuAlloc, GpuFree, GpuInit
+from otel_ebpf.kernel.cuda_abi import COPY_APIS, SYNC_APIS, Api, GpuAlloc, GpuFree, GpuMap
 
 # pprof's heap sample types, in this order in every GPU memory sample's values
 SAMPLE_TYPES: tuple[tuple[str, str], ...] = (
@@ -17,6 +17,13 @@ SAMPLE_TYPES: tuple[tuple[str, str], ...] = (
     ("inuse_space", "bytes"),
 )
 LAUNCH_SAMPLE_TYPES: tuple[tuple[str, str], ...] = (("kernel_launches", "count"),)
+COPY_SAMPLE_TYPES: tuple[tuple[str, str], ...] = (
+    ("copies", "count"), ("copy_space", "bytes"), ("copy_time", "nanoseconds"))
+SYNC_SAMPLE_TYPES: tuple[tuple[str, str], ...] = (
+    ("sync_calls", "count"), ("sync_wait", "nanoseconds"))
+# cuMemCreate handles live beside device pointers in one table: apart, so a handle equal
+# to some pointer never pairs with it
+_HANDLE = 1 << 64
 
 DEVICE, MANAGED = "device", "managed"
 
@@ -94,6 +101,7 @@ class _Process:
     pools: dict[tuple[int, str], _Pool] = field(default_factory=dict)
     # this interval's allocations by (site, device, type): [count, bytes]
     interval: dict[tuple[Site, int, str], list[int]] = field(default_factory=dict)
+    mappings: dict[int, int] = field(default_factory=dict)  # cuMemMap: address -> bytes
 
 
 class MemoryLedger:
@@ -109,20 +117,26 @@ class MemoryLedger:
         self.replaced = 0
         self.overflow = 0
 
-    def apply(self, events: Iterable[GpuAlloc | GpuFree | GpuInit], now_ns: int = 0) -> None:
+    def apply(self, events: Iterable, now_ns: int = 0) -> None:
+        """Allocations, frees and mappings, in order; other events are not the ledger's."""
         for ev in events:
-            if type(ev) is GpuInit:
+            if type(ev) not in (GpuAlloc, GpuFree, GpuMap):
                 continue
             proc = self._procs.get(ev.pid)
             if proc is None:
                 proc = self._procs[ev.pid] = _Process(now_ns or ev.ts_ns)
             if type(ev) is GpuAlloc:
                 self._alloc(proc, ev)
-            else:
+            elif type(ev) is GpuFree:
                 self._free(proc, ev)
+            elif ev.mapped:
+                proc.mappings[ev.dptr] = ev.size
+            else:
+                proc.mappings.pop(ev.dptr, None)
 
     def _alloc(self, proc: _Process, ev: GpuAlloc) -> None:
-        old = proc.live.pop(ev.dptr, None)
+        key = ev.dptr | _HANDLE if ev.api is Api.MEM_CREATE else ev.dptr
+        old = proc.live.pop(key, None)
         if old is not None:  # the pointer came back without our seeing its free
             self.replaced += 1
             self._release(proc, old)
@@ -137,14 +151,14 @@ class MemoryLedger:
         if len(proc.live) >= self._max_live:
             self.overflow += 1
             return
-        proc.live[ev.dptr] = _Allocation(ev.size, ev.device, kind, site)
+        proc.live[key] = _Allocation(ev.size, ev.device, kind, site)
         pool.in_use += ev.size
         pool.live += 1
         if pool.in_use > pool.peak:
             pool.peak = pool.in_use
 
     def _free(self, proc: _Process, ev: GpuFree) -> None:
-        alloc = proc.live.pop(ev.dptr, None)
+        alloc = proc.live.pop(ev.dptr | _HANDLE if ev.api is Api.MEM_RELEASE else ev.dptr, None)
         if alloc is None:
             self.unmatched_frees += 1
             return
@@ -166,9 +180,14 @@ class MemoryLedger:
                 for (device, kind), p in proc.pools.items()]
 
     def live_allocations(self, pid: int) -> dict[int, int]:
-        """{device pointer: size} of what the process holds."""
+        """{device pointer: size} of what the process holds (cuMemCreate's handles with
+        bit 64 set)."""
         proc = self._procs.get(pid)
         return {dptr: a.size for dptr, a in proc.live.items()} if proc else {}
+
+    def mapped(self) -> dict[int, int]:
+        """{pid: bytes mapped by cuMemMap and not unmapped}, for processes that map."""
+        return {pid: sum(p.mappings.values()) for pid, p in self._procs.items() if p.mappings}
 
     def snapshot(self, now_ns: int) -> list[ProcessProfile]:
         """Each process's profile since the last snapshot: alloc_* from the interval's
@@ -191,6 +210,16 @@ class MemoryLedger:
             proc.start_ns = now_ns
         return out
 
+    def exited(self, pid: int) -> None:
+        """The process exited: the driver released what it held (no frees are seen for
+        that), so its pools read 0 in use for a last report before end()."""
+        proc = self._procs.get(pid)
+        if proc is not None:
+            proc.live.clear()
+            proc.mappings.clear()
+            for pool in proc.pools.values():
+                pool.in_use = pool.live = 0
+
     def end(self, pid: int) -> None:
         """The process exited: the driver released everything it held."""
         self._procs.pop(pid, None)
@@ -201,18 +230,40 @@ def _attributes(device: int, kind: str) -> tuple[tuple[str, str | int], ...]:
     return ((("gpu.device.index", device),) + attrs) if device >= 0 else attrs
 
 
-def launch_profiles(totals: Iterable, previous: dict[tuple[int, int, tuple[int, ...]], int],
-                    start_ns: int, now_ns: int) -> list[ProcessProfile]:
-    """Kernel launches since the last call, by launching stack, from the kernel's running
-    totals (LaunchTotals); `previous` (updated here) holds the totals last seen."""
-    by_pid: dict[int, list[Sample]] = {}
+def site_profiles(totals: Iterable, previous: dict, start_ns: int, now_ns: int,
+                  names: dict[tuple[int, int], str] | None = None
+                  ) -> dict[str, list[ProcessProfile]]:
+    """Launches, copies and synchronizations since the last call, by site, from the
+    kernel's running totals (SiteTotals): {"launches"|"copies"|"sync": profiles}.
+    `previous` (updated here) holds the totals last seen; `names` ({(pid, function
+    handle): kernel name}) names the kernel of each launch (`gpu.kernel.name`)."""
+    names = names or {}
+    rows: dict[str, dict[int, list[Sample]]] = {"launches": {}, "copies": {}, "sync": {}}
     for t in totals:
-        key = (t.pid, t.device, t.stack)
-        delta = t.count - previous.get(key, 0)
-        previous[key] = t.count
-        if delta > 0:
-            by_pid.setdefault(t.pid, []).append(
-                Sample(Site(t.stack), (delta,),
-                       (("gpu.device.index", t.device),) if t.device >= 0 else ()))
-    return [ProcessProfile(pid, start_ns, now_ns, LAUNCH_SAMPLE_TYPES, tuple(samples))
-            for pid, samples in by_pid.items()]
+        key = (t.pid, t.api, t.device, t.stack, t.py, t.func)
+        last = previous.get(key, (0, 0, 0))
+        previous[key] = (t.count, t.bytes, t.ns)
+        delta = (t.count - last[0], t.bytes - last[1], t.ns - last[2])
+        if delta[0] <= 0:
+            continue
+        attrs: tuple[tuple[str, str | int], ...] = (
+            (("gpu.device.index", t.device),) if t.device >= 0 else ())
+        if t.api is Api.LAUNCH_KERNEL:
+            kind, values = "launches", delta[:1]
+            name = names.get((t.pid, t.func))
+            if name:
+                attrs += (("gpu.kernel.name", name),)
+        elif t.api in COPY_APIS:
+            kind, values = "copies", delta
+            attrs += (("gpu.copy.api", t.api.name.lower()),)
+        elif t.api in SYNC_APIS:
+            kind, values = "sync", (delta[0], delta[2])
+            attrs += (("gpu.sync.api", t.api.name.lower()),)
+        else:
+            continue
+        rows[kind].setdefault(t.pid, []).append(Sample(Site(t.stack, t.py), values, attrs))
+    types = {"launches": LAUNCH_SAMPLE_TYPES, "copies": COPY_SAMPLE_TYPES,
+             "sync": SYNC_SAMPLE_TYPES}
+    return {kind: [ProcessProfile(pid, start_ns, now_ns, types[kind], tuple(samples))
+                   for pid, samples in by_pid.items()]
+            for kind, by_pid in rows.items()}

@@ -20,8 +20,8 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 
 from otel_ebpf.gpu.ledger import Usage
-from otel_ebpf.kernel.cuda_abi import Api
-from otel_ebpf.kernel.cuda_tracer import CopyTotals, LaunchTotals
+from otel_ebpf.kernel.cuda_abi import SYNC_APIS, Api
+from otel_ebpf.kernel.cuda_tracer import CopyTotals, LaunchTotals, SiteTotals
 from otel_ebpf.spans.convert import SCOPE
 
 # copy entry point -> (direction, asynchronous); the unified forms (cuMemcpy, cuMemcpyAsync)
@@ -50,6 +50,12 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "gpu.memory.copy.time": ("s", "Time inside cuMemcpy* calls (for the asynchronous forms, "
                              "the time to enqueue the copy)", "sum"),
     "gpu.kernel.launches": ("{launch}", "cuLaunchKernel calls", "sum"),
+    "gpu.sync.count": ("{call}", "cuStreamSynchronize, cuCtxSynchronize and "
+                       "cuEventSynchronize calls", "sum"),
+    "gpu.sync.time": ("s", "Time threads spent inside the synchronize calls: the CPU "
+                      "waiting for the GPU", "sum"),
+    "gpu.memory.mapped": ("By", "Device memory mapped by cuMemMap and not yet unmapped",
+                          "updown"),
 }
 
 
@@ -73,9 +79,11 @@ def _device(device: int) -> dict:
 
 def build_metrics(usage: Iterable[Usage], copies: Iterable[CopyTotals],
                   launches: Iterable[LaunchTotals], resource_of: Callable[[int], Resource],
-                  start_ns: Callable[[int], int], now_ns: int | None = None
+                  start_ns: Callable[[int], int], now_ns: int | None = None,
+                  sites: Iterable[SiteTotals] = (), mapped: dict[int, int] | None = None
                   ) -> MetricsData | None:
-    """One ResourceMetrics per process from the ledger's usage and the kernel's totals;
+    """One ResourceMetrics per process from the ledger's usage and the kernel's totals
+    (`sites` for the synchronize calls, `mapped`: {pid: bytes} from cuMemMap);
     `start_ns(pid)` is when the process's cumulative series began (wall clock)."""
     now_ns = now_ns or time.time_ns()
     points: dict[int, dict[str, list[NumberDataPoint]]] = {}
@@ -109,6 +117,18 @@ def build_metrics(usage: Iterable[Usage], copies: Iterable[CopyTotals],
         launched[(t.pid, t.device)] = launched.get((t.pid, t.device), 0) + t.count
     for (pid, device), n in launched.items():
         add(pid, "gpu.kernel.launches", n, _device(device))
+    waits: dict[tuple[int, str, int], list[int]] = {}
+    for t in sites:
+        if t.api in SYNC_APIS:
+            row = waits.setdefault((t.pid, t.api.name.lower(), t.device), [0, 0])
+            row[0] += t.count
+            row[1] += t.ns
+    for (pid, api, device), (count, ns) in waits.items():
+        attrs = {**_device(device), "gpu.sync.api": api}
+        add(pid, "gpu.sync.count", count, attrs)
+        add(pid, "gpu.sync.time", ns / 1e9, attrs)
+    for pid, nbytes in (mapped or {}).items():
+        add(pid, "gpu.memory.mapped", nbytes, {})
     if not points:
         return None
     return MetricsData([

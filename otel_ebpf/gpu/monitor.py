@@ -1,8 +1,9 @@
-"""Runs GPU memory profiling beside the agent's capture loop, on a thread of its own: drains
-the CUDA probes' events into the ledger, names allocation sites as they arrive (native
-frames and Python frames, by the CPU profiler's symbolizer), looks for libcuda in new
-processes, and every interval exports gpu.* metrics and hands GPU profiles (memory:
-alloc_*/inuse_*; kernel launches) to the profile exporters."""
+"""Runs GPU profiling beside the agent's capture loop, on a thread of its own: drains the
+CUDA probes' events into the ledger, names allocation sites as they arrive (native frames
+and Python frames, by the CPU profiler's symbolizer) and kernels as the runtime looks them
+up, looks for libcuda in new processes, and every interval exports gpu.* metrics and hands
+GPU profiles (memory: alloc_*/inuse_*; kernel launches by stack and kernel; copies; time
+waiting in synchronize calls) to the profile exporters."""
 
 from __future__ import annotations
 
@@ -20,18 +21,18 @@ from otel_ebpf.export.metrics_send import MetricsSender
 from otel_ebpf.export.profile_exporters import build_profile_exporters
 from otel_ebpf.export.profiles import ProfileBatch, ProfileSample
 from otel_ebpf.gpu.ledger import (
-    LAUNCH_SAMPLE_TYPES,
     SAMPLE_TYPES,
     MemoryLedger,
     ProcessProfile,
     Site,
-    launch_profiles,
+    site_profiles,
 )
 from otel_ebpf.gpu.metrics import build_metrics
-from otel_ebpf.kernel.cuda_abi import GpuAlloc, GpuInit
-from otel_ebpf.kernel.cuda_tracer import CudaTracer
+from otel_ebpf.kernel.cuda_abi import Api, GpuAlloc, GpuInit, GpuName
+from otel_ebpf.kernel.cuda_tracer import CudaTracer, copy_totals, launch_totals
 from otel_ebpf.kernel.libbpf import LibbpfLog
-from otel_ebpf.profiling.frames import PYTHON, Frame, merge
+from otel_ebpf.profiling.demangle import demangle
+from otel_ebpf.profiling.frames import CUDA, PYTHON, Frame, merge
 from otel_ebpf.profiling.python_procs import Interpreter
 from otel_ebpf.profiling.symbolizer import Symbolizer
 from otel_ebpf.profiling.unwinder import Unwinder, UnwindTables
@@ -42,6 +43,8 @@ from otel_ebpf.telemetry import Stats
 log = logging.getLogger(__name__)
 
 MAX_SITES = 200_000  # named allocation sites kept (by process and raw stack)
+MAX_NAMES = 200_000  # kernel handles named (by process)
+CUDA_MODULE = "[cuda kernel]"  # the module of a launch profile's leaf frame: the kernel
 TOP_SITES = 3  # allocation sites logged per process when its memory changes
 
 
@@ -96,7 +99,11 @@ class GpuMonitor:
         self._sites: dict[tuple[int, Site], tuple[Frame, ...]] = {}
         # Python frames of sites, named on arrival, in the evaluator calls that ran them
         self._python: dict[tuple[int, Site], list[list[Frame]]] = {}
-        self._launches_seen: dict = {}
+        self._sites_seen: dict = {}  # launch/copy/sync totals last exported, by site
+        # kernels' names by (pid, CUfunction or CUkernel), and the kernel each function
+        # made by cuKernelGetFunction comes from
+        self._kernel_names: dict[tuple[int, int], str] = {}
+        self._kernel_of: dict[tuple[int, int], int] = {}
         self._last_usage: dict[tuple[int, int, str], tuple[int, int]] = {}
         self._interval_start = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         self._ledger_lock = threading.Lock()  # the ledger and per-process tables
@@ -184,16 +191,39 @@ class GpuMonitor:
                 self._unwind(ev.pid)
             if type(ev) is GpuAlloc:
                 self._name_site(ev)
+            elif type(ev) is GpuName:
+                self._kernel_found(ev)
             elif type(ev) is GpuInit:
                 log.debug("pid %d called cuInit", ev.pid)
         with self._ledger_lock:
             before = self.ledger.unmatched_frees
             self.ledger.apply(events)
             unmatched = self.ledger.unmatched_frees
-        self._stats.add("gpu.events", sum(1 for ev in events if type(ev) is not GpuInit))
+        self._stats.add("gpu.events", sum(1 for ev in events
+                                          if type(ev) is not GpuInit and type(ev) is not GpuName))
         if unmatched != before:
             self._stats.add("gpu.frees.unmatched", unmatched - before)
         return len(events)
+
+    def _kernel_found(self, ev: GpuName) -> None:
+        if len(self._kernel_names) + len(self._kernel_of) >= MAX_NAMES:
+            self._kernel_names.clear()
+            self._kernel_of.clear()
+        if ev.api is Api.KERNEL_GET_FUNCTION:
+            self._kernel_of[(ev.pid, ev.handle)] = ev.kernel
+        elif ev.name:
+            self._kernel_names[(ev.pid, ev.handle)] = demangle(ev.name)
+
+    def kernel_names(self, pids: set[int]) -> dict[tuple[int, int], str]:
+        """{(pid, handle): name} for every handle a launch of these processes may pass:
+        functions and kernels looked up by name, and functions made from kernels."""
+        # list(): one step under the GIL, while the drain thread adds names
+        names = {k: v for k, v in list(self._kernel_names.items()) if k[0] in pids}
+        for (pid, func), kernel in list(self._kernel_of.items()):
+            name = self._kernel_names.get((pid, kernel))
+            if pid in pids and name:
+                names[(pid, func)] = name
+        return names
 
     def _name_site(self, ev: GpuAlloc) -> None:
         """Python frames are named now, while the code objects the kernel saw surely exist
@@ -215,7 +245,12 @@ class GpuMonitor:
         frames = self._sites.get(key)
         if frames is None:
             native = self._natives.native(pid, site.stack)
-            frames = tuple(merge((), native, self._python.get(key, [])))
+            python = self._python.get(key)
+            if python is None and site.py:
+                # launch, copy and sync sites: named now, from the kernel's totals (their
+                # code objects live as long as the functions that keep calling)
+                python = self._natives.python(pid, site.py)
+            frames = tuple(merge((), native, python or []))
             if len(self._sites) >= MAX_SITES:
                 self._sites.clear()
             self._sites[key] = frames
@@ -225,51 +260,67 @@ class GpuMonitor:
 
     def flush(self) -> list[ProcessProfile]:
         """One interval: profiles to the profile exporters, metrics to the metric
-        exporters; processes that ended are reported a last time and forgotten."""
+        exporters; processes that ended are reported a last time (their memory at 0 in
+        use: the driver released it at their exit) and forgotten."""
         now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-        copies = self.tracer.copies()
-        launches = self.tracer.launches()
-        for pid in {c.pid for c in copies} | {t.pid for t in launches}:
+        sites = self.tracer.sites()
+        copies, launches = copy_totals(sites), launch_totals(sites)
+        for pid in {t.pid for t in sites}:
             self._first_seen.setdefault(pid, time.time_ns())
+        ended = self._ended()
         with self._ledger_lock:
             memory = self.ledger.snapshot(now)
+            for pid in ended:  # after the snapshot: its profile shows what it held last
+                self.ledger.exited(pid)
             usage = self.ledger.usage()
-        launched = launch_profiles(launches, self._launches_seen, self._interval_start, now)
+            mapped = self.ledger.mapped()
+        by_site = site_profiles(sites, self._sites_seen, self._interval_start, now,
+                                self.kernel_names({t.pid for t in sites}))
         self._interval_start = now
         # metrics first: naming the sites of profiles may first read the symbol tables of
         # a large library (libtorch_cuda: a minute on the H200 run), and the interval's
         # in-use and peak figures must not wait for that
         data = build_metrics(usage, copies, launches, self._resource,
-                             lambda pid: self._first_seen.get(pid, 0))
+                             lambda pid: self._first_seen.get(pid, 0), sites=sites,
+                             mapped=mapped)
         if data is not None:
             self._metrics.send(data)
         self._update_counters()
-        self._export_profiles(memory, SAMPLE_TYPES)
-        self._export_profiles(launched, LAUNCH_SAMPLE_TYPES)
+        self._export_profiles(memory, SAMPLE_TYPES, "memory")
+        for kind, profiles in by_site.items():
+            if profiles:
+                self._export_profiles(profiles, profiles[0].sample_types, kind)
         self._log_changes(usage, memory)
-        self._forget_ended()
-        return memory + launched
+        if ended:
+            with self._ledger_lock:
+                self._forget(ended)
+        return memory + [p for profiles in by_site.values() for p in profiles]
 
     def batch(self, profiles: list[ProcessProfile],
-              sample_types: tuple[tuple[str, str], ...]) -> ProfileBatch:
-        """Profiles of one kind (memory or launches) as one batch, frames named, wall
-        clock times, one resource per process."""
+              sample_types: tuple[tuple[str, str], ...], name: str = "") -> ProfileBatch:
+        """Profiles of one kind (memory, launches, copies, sync) as one batch, frames
+        named, wall clock times, one resource per process; a launch's kernel is its leaf
+        frame (module CUDA_MODULE), so flame graphs show kernels under their callers."""
         offset = time.time_ns() - time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         samples = []
         for p in profiles:
             resource = self._resources.get(p.pid)
             for s in p.samples:
-                samples.append(ProfileSample(self.site_frames(p.pid, s.site), s.values,
-                                             resource, dict(s.attributes)))
+                attrs = dict(s.attributes)
+                frames = self.site_frames(p.pid, s.site)
+                kernel = attrs.get("gpu.kernel.name")
+                if kernel:
+                    frames = (Frame(str(kernel), CUDA_MODULE, CUDA),) + frames
+                samples.append(ProfileSample(frames, s.values, resource, attrs))
         start = min((p.start_ns for p in profiles), default=self._interval_start)
         end = max((p.end_ns for p in profiles), default=self._interval_start)
-        return ProfileBatch(sample_types, start + offset, end + offset, samples)
+        return ProfileBatch(sample_types, start + offset, end + offset, samples, name=name)
 
     def _export_profiles(self, profiles: list[ProcessProfile],
-                         sample_types: tuple[tuple[str, str], ...]) -> None:
+                         sample_types: tuple[tuple[str, str], ...], name: str) -> None:
         if not profiles or not self._profile_exporters:
             return
-        batch = self.batch(profiles, sample_types)
+        batch = self.batch(profiles, sample_types, name)
         for name, exporter in self._profile_exporters.items():
             try:
                 exporter.export(batch)
@@ -309,13 +360,10 @@ class GpuMonitor:
         if self.unwinder is not None:
             self._stats.set_total("gpu.stacks.unwound", kernel["unwind_stacks"])
 
-    def _forget_ended(self) -> None:
-        ended = {pid for pid in self._first_seen
-                 if not os.path.exists(os.path.join(self._proc_root, str(pid)))}
-        if not ended:
-            return
-        with self._ledger_lock:
-            self._forget(ended)
+    def _ended(self) -> set[int]:
+        """Processes seen that exited: reported a last time (0 held), then forgotten."""
+        return {pid for pid in self._first_seen
+                if not os.path.exists(os.path.join(self._proc_root, str(pid)))}
 
     def _forget(self, ended: set[int]) -> None:
         for pid in ended:
@@ -330,8 +378,10 @@ class GpuMonitor:
                 self._pythons.discard(pid)
                 self.tracer.forget_python(pid)
         self.tracer.forget(ended)
-        self._launches_seen = {k: v for k, v in self._launches_seen.items()
-                               if k[0] not in ended}
+        self._sites_seen = {k: v for k, v in self._sites_seen.items() if k[0] not in ended}
+        self._kernel_names = {k: v for k, v in self._kernel_names.items()
+                              if k[0] not in ended}
+        self._kernel_of = {k: v for k, v in self._kernel_of.items() if k[0] not in ended}
         self._sites = {k: v for k, v in self._sites.items() if k[0] not in ended}
         self._python = {k: v for k, v in self._python.items() if k[0] not in ended}
         self._last_usage = {k: v for k, v in self._last_usage.items() if k[0] not in ended}

@@ -10,10 +10,12 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum
 
-CUDA_ABI_VERSION = 2
+CUDA_ABI_VERSION = 3
 GPU_MAX_STACK = 127
 GPU_MAX_LAUNCH_STACK = 64
 GPU_MAX_PY_FRAMES = 96
+GPU_SITE_PY_FRAMES = 32
+GPU_MAX_NAME = 256
 
 
 class Api(IntEnum):
@@ -32,20 +34,35 @@ class Api(IntEnum):
     MEMCPY = 11
     MEMCPY_ASYNC = 12
     LAUNCH_KERNEL = 13
+    STREAM_SYNC = 14
+    CTX_SYNC = 15
+    EVENT_SYNC = 16
+    MODULE_GET_FUNCTION = 17
+    LIBRARY_GET_KERNEL = 18
+    KERNEL_GET_FUNCTION = 19
+    MEM_CREATE = 20
+    MEM_RELEASE = 21
+    MEM_MAP = 22
+    MEM_UNMAP = 23
 
 
-GPU_EV_ALLOC, GPU_EV_FREE, GPU_EV_INIT = 1, 2, 3
+COPY_APIS = frozenset({Api.MEMCPY_HTOD, Api.MEMCPY_DTOH, Api.MEMCPY_HTOD_ASYNC,
+                       Api.MEMCPY_DTOH_ASYNC, Api.MEMCPY, Api.MEMCPY_ASYNC})
+SYNC_APIS = frozenset({Api.STREAM_SYNC, Api.CTX_SYNC, Api.EVENT_SYNC})
+
+
+GPU_EV_ALLOC, GPU_EV_FREE, GPU_EV_INIT, GPU_EV_NAME, GPU_EV_MAP, GPU_EV_UNMAP = 1, 2, 3, 4, 5, 6
 
 # enum gpu_counter_idx
 COUNTER_NAMES = {0: "ringbuf_drops", 1: "inflight_lost", 2: "failed_calls", 3: "stack_misses",
                  4: "unwind_stacks", 5: "unwind_table_frames", 6: "unwind_fp_frames",
-                 7: "unwind_scanned", 8: "unwind_stopped"}
+                 7: "unwind_scanned", 8: "unwind_stopped", 9: "site_misses"}
 GPU_CNT_MAX = 16
 
 MEM_EVENT = struct.Struct("<BBhIIIQQQQHHI")  # struct gpu_mem_event up to `stack`
-COPY_KEY = struct.Struct("<IHh")  # struct gpu_copy_key
-COPY_TOTALS = struct.Struct("<QQQ")  # struct gpu_copy_totals
-LAUNCH_KEY = struct.Struct("<IiQhHI")  # struct gpu_launch_key
+SITE_KEY = struct.Struct(f"<IiQQhHHH{GPU_SITE_PY_FRAMES}Q")  # struct gpu_site_key
+SITE_TOTALS = struct.Struct("<QQQ")  # struct gpu_site_totals
+NAME_EVENT = struct.Struct(f"<BBHIQQ{GPU_MAX_NAME}s")  # struct gpu_name_event
 GPU_CONFIG = struct.Struct("<IIII")  # struct gpu_config
 STACK_BYTES = GPU_MAX_STACK * 8
 PY_OFFSET = MEM_EVENT.size + STACK_BYTES  # offsetof(struct gpu_mem_event, py)
@@ -96,12 +113,50 @@ class GpuInit:
     ts_ns: int
 
 
+@dataclass(frozen=True, slots=True)
+class GpuName:
+    """A kernel handle named: `handle` (a CUfunction or CUkernel) is the kernel `name`
+    (mangled); from cuKernelGetFunction, `handle` is a CUfunction made from CUkernel
+    `kernel` and `name` is empty."""
+
+    pid: int
+    api: Api
+    handle: int
+    kernel: int
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class GpuMap:
+    """cuMemMap (`mapped`) or cuMemUnmap of `size` bytes at device address `dptr`."""
+
+    pid: int
+    tid: int
+    ts_ns: int
+    dptr: int
+    size: int
+    mapped: bool
+
+
 def _stack(raw: bytes) -> tuple[int, ...]:
     n = len(raw) // 8
     return tuple(a for a in struct.unpack(f"<{n}Q", raw[: n * 8]) if a)
 
 
-def decode(record: bytes) -> GpuAlloc | GpuFree | GpuInit:
+GpuEvent = GpuAlloc | GpuFree | GpuInit | GpuName | GpuMap
+
+
+def decode(record: bytes) -> GpuEvent:
+    if record[:1] == bytes([GPU_EV_NAME]):
+        if len(record) < NAME_EVENT.size:
+            raise BadRecord(f"GPU name record of {len(record)} bytes")
+        _, api, _, pid, handle, kernel, name = NAME_EVENT.unpack_from(record)
+        try:
+            api = Api(api)
+        except ValueError as exc:
+            raise BadRecord(f"unknown GPU api {api}") from exc
+        return GpuName(pid, api, handle, kernel,
+                       name.partition(b"\0")[0].decode(errors="replace"))
     if len(record) < MEM_EVENT.size:
         raise BadRecord(f"GPU record of {len(record)} bytes, shorter than its header")
     (type_, api, device, pid, tid, stack_len, ts, dptr, size, duration, py_frames, py_status,
@@ -121,6 +176,8 @@ def decode(record: bytes) -> GpuAlloc | GpuFree | GpuInit:
                         _stack(record[MEM_EVENT.size:end]), py, py_status)
     if type_ == GPU_EV_FREE:
         return GpuFree(pid, tid, ts, api, device, dptr, duration)
+    if type_ in (GPU_EV_MAP, GPU_EV_UNMAP):
+        return GpuMap(pid, tid, ts, dptr, size, type_ == GPU_EV_MAP)
     raise BadRecord(f"unknown GPU record type {type_}")
 
 

@@ -1,6 +1,7 @@
 """The CUDA driver uprobes (bpf/cuda.bpf.c): finds libcuda (the system's, and the ones
 running processes map, rescanned so a library dlopen()ed later is found too), attaches the
-probes once per file, drains allocation/free records and reads the copy and launch totals."""
+probes once per file, drains allocation/free/name records and reads the launch, copy and
+synchronization totals by site."""
 
 from __future__ import annotations
 
@@ -54,8 +55,22 @@ _CALLS: list[tuple[str, str, bool]] = [
     ("cu_memcpy_async", "cuMemcpyAsync_ptsz", True),
     ("cu_launch_kernel", "cuLaunchKernel", False),
     ("cu_launch_kernel", "cuLaunchKernel_ptsz", False),
-    ("cu_launch_kernel", "cuLaunchKernelEx", False),
-    ("cu_launch_kernel", "cuLaunchKernelEx_ptsz", False),
+    ("cu_launch_kernel_ex", "cuLaunchKernelEx", False),
+    ("cu_launch_kernel_ex", "cuLaunchKernelEx_ptsz", False),
+    # where the CPU waits for the GPU
+    ("cu_stream_sync", "cuStreamSynchronize", True),
+    ("cu_stream_sync", "cuStreamSynchronize_ptsz", True),
+    ("cu_ctx_sync", "cuCtxSynchronize", True),
+    ("cu_event_sync", "cuEventSynchronize", True),
+    # kernels' names, from the lookups the runtime makes before a first launch
+    ("cu_module_get_function", "cuModuleGetFunction", True),
+    ("cu_library_get_kernel", "cuLibraryGetKernel", True),
+    ("cu_kernel_get_function", "cuKernelGetFunction", True),
+    # virtual memory management: PyTorch's expandable segments
+    ("cu_mem_create", "cuMemCreate", True),
+    ("cu_mem_release", "cuMemRelease", True),
+    ("cu_mem_map", "cuMemMap", True),
+    ("cu_mem_unmap", "cuMemUnmap", True),
     # a process starts using CUDA: look at it before its first allocation
     ("cu_init", "cuInit", False),
     # which device a thread allocates on: contexts made, retained and made current
@@ -115,6 +130,23 @@ def libcuda_of(pid: int | str, proc_root: str = "/proc") -> set[str]:
 
 
 @dataclass(frozen=True, slots=True)
+class SiteTotals:
+    """A launch, copy or synchronization site's totals since the process's first call:
+    its user stack (innermost first), its innermost Python frames (as GpuAlloc.py) and,
+    for launches, the function launched."""
+
+    pid: int
+    api: Api
+    device: int
+    stack: tuple[int, ...]  # () when the kernel could not take it
+    py: tuple[int, ...]
+    func: int
+    count: int
+    bytes: int
+    ns: int
+
+
+@dataclass(frozen=True, slots=True)
 class CopyTotals:
     pid: int
     api: Api
@@ -130,6 +162,28 @@ class LaunchTotals:
     device: int
     stack: tuple[int, ...]  # () when the kernel could not take it
     count: int
+
+
+def copy_totals(sites: list[SiteTotals]) -> list[CopyTotals]:
+    """Copies per process, entry point and device (the metrics' view), summed over sites."""
+    rows: dict[tuple[int, Api, int], list[int]] = {}
+    for t in sites:
+        if t.api in cuda_abi.COPY_APIS:
+            row = rows.setdefault((t.pid, t.api, t.device), [0, 0, 0])
+            row[0] += t.count
+            row[1] += t.bytes
+            row[2] += t.ns
+    return [CopyTotals(pid, api, device, *row) for (pid, api, device), row in rows.items()]
+
+
+def launch_totals(sites: list[SiteTotals]) -> list[LaunchTotals]:
+    """Launches per process, device and native stack, summed over Python stacks and kernels."""
+    rows: dict[tuple[int, int, tuple[int, ...]], int] = {}
+    for t in sites:
+        if t.api is Api.LAUNCH_KERNEL:
+            key = (t.pid, t.device, t.stack)
+            rows[key] = rows.get(key, 0) + t.count
+    return [LaunchTotals(pid, device, stack, n) for (pid, device, stack), n in rows.items()]
 
 
 class CudaProbes(LibraryProbes):
@@ -193,8 +247,8 @@ class CudaProbes(LibraryProbes):
 
 
 class CudaTracer:
-    """Loaded cuda.bpf.o: `poll()` returns allocation and free events; `copies()` and
-    `launches()` the kernel's running totals. With `unwind` (the agent's unwind-table
+    """Loaded cuda.bpf.o: `poll()` returns allocation, free, mapping and kernel-name
+    events; `sites()` the kernel's running totals of launches, copies and synchronizations. With `unwind` (the agent's unwind-table
     maps, shared with the CPU sampler) allocation stacks are walked with the tables of
     the processes the maps have; launch stacks stay frame-pointer walks (docs/gpu.md)."""
 
@@ -221,8 +275,7 @@ class CudaTracer:
         except BaseException:
             self.obj.close()
             raise
-        self._copies = self.obj.map("gpu_copies")
-        self._launches = self.obj.map("gpu_launches")
+        self._sites = self.obj.map("gpu_sites")
         self._stacks = self.obj.map("gpu_stacks")
         self._counters = self.obj.map("gpu_counters")
         self._py_procs = self.obj.map("py_procs")
@@ -230,7 +283,7 @@ class CudaTracer:
         for path in sorted(system_libcuda(libraries)):
             self.probes.attach(path)
 
-    def poll(self, timeout_ms: int) -> list[cuda_abi.GpuAlloc | cuda_abi.GpuFree | cuda_abi.GpuInit]:
+    def poll(self, timeout_ms: int) -> list[cuda_abi.GpuEvent]:
         events = []
         for record in self.ring.drain(timeout_ms):
             try:
@@ -240,41 +293,44 @@ class CudaTracer:
                 log.debug("bad GPU record: %s", exc)
         return events
 
-    def copies(self) -> list[CopyTotals]:
-        out = []
-        for key in self._copies.keys():
-            raw = self._copies.lookup(key)
-            if raw is None:
-                continue
-            pid, api, device = cuda_abi.COPY_KEY.unpack(key)
-            count, nbytes, ns = cuda_abi.COPY_TOTALS.unpack(raw)
-            out.append(CopyTotals(pid, Api(api), device, count, nbytes, ns))
-        return out
-
-    def launches(self) -> list[LaunchTotals]:
+    def sites(self) -> list[SiteTotals]:
+        """The kernel's running totals of launches, copies and synchronizations by site."""
         out = []
         stacks: dict[int, tuple[int, ...]] = {}
-        for key in self._launches.keys():
-            raw = self._launches.lookup(key)
+        for key in self._sites.keys():
+            raw = self._sites.lookup(key)
             if raw is None:
                 continue
-            pid, stack_id, caller, device, _, _ = cuda_abi.LAUNCH_KEY.unpack(key)
+            pid, stack_id, caller, func, device, api, py_n, _status, *py = \
+                cuda_abi.SITE_KEY.unpack(key)
             if stack_id >= 0 and stack_id not in stacks:
                 value = self._stacks.lookup(stack_id.to_bytes(4, "little"))
                 stacks[stack_id] = cuda_abi.stack_from_map(value) if value else ()
             stack = stacks.get(stack_id, ())
-            # the caller the walk skipped goes back under the launch function's frame
+            # a launch's caller, which the walk from the function's entry skipped, goes
+            # back under the launch function's frame
             stack = stack[:1] + (caller,) + stack[1:] if stack and caller else stack
-            out.append(LaunchTotals(pid, device, stack, int.from_bytes(raw, "little")))
+            try:
+                api = Api(api)
+            except ValueError:
+                self.bad_records += 1
+                continue
+            count, nbytes, ns = cuda_abi.SITE_TOTALS.unpack(raw)
+            out.append(SiteTotals(pid, api, device, stack, tuple(py[:py_n]), func, count,
+                                  nbytes, ns))
         return out
+
+    def copies(self) -> list[CopyTotals]:
+        return copy_totals(self.sites())
+
+    def launches(self) -> list[LaunchTotals]:
+        return launch_totals(self.sites())
 
     def forget(self, pids: set[int]) -> None:
         """Drop the kernel's totals of processes that ended."""
-        for table, fmt in ((self._copies, cuda_abi.COPY_KEY), (self._launches,
-                                                                cuda_abi.LAUNCH_KEY)):
-            for key in table.keys():
-                if fmt.unpack(key)[0] in pids:
-                    table.delete(key)
+        for key in self._sites.keys():
+            if cuda_abi.SITE_KEY.unpack_from(key)[0] in pids:
+                self._sites.delete(key)
 
     def set_python(self, pid: int, runtime: int, offsets: dict[str, int]) -> None:
         """Walk this process's Python frames at each allocation (its interpreter's

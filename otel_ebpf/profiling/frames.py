@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 KERNEL, NATIVE, PYTHON = "kernel", "native", "python"
+CUDA = "cuda"  # a GPU kernel, at the leaf of a launch profile's stack
 MARKER = "marker"  # a frame the profiler adds: no code of the program's
 EVAL_FUNCTION = "_PyEval_EvalFrameDefault"
 

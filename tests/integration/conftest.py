@@ -176,6 +176,18 @@ class AgentRun:
                 return spans
             time.sleep(0.2)
 
+    def wait_log(self, text: str, proc: subprocess.Popen, timeout_s: float) -> None:
+        """Wait until the agent's log says `text`; fail when `proc` (the program watched)
+        or the agent ends first, or after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while text not in self.stderr:
+            if proc.poll() is not None:
+                pytest.fail(f"the program ended ({proc.returncode}) before {text!r}")
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"no {text!r} in the agent's log after {timeout_s}s:\n"
+                            f"{self.stderr[-3000:]}")
+            time.sleep(0.1)
+
     def stop(self, timeout_s: float = 30.0) -> int:
         if not self.stopped:
             self.proc.send_signal(signal.SIGINT)

@@ -229,8 +229,14 @@ def test_monitor_profiles_and_metrics(built, tracer):
     assert points[("gpu.memory.copy.bytes", htod)] == 3 * MiB
     assert points[("gpu.memory.copy.count", htod)] == 3
     assert points[("gpu.memory.copy.time", htod)] > 0
-    # the process ended: its state goes after the interval that reported it last
+    # the process ended: a last data point says it holds nothing (the driver released its
+    # memory at exit), then its state goes
     monitor.flush()
+    last = {(m.name, tuple(sorted(p.attributes.items()))): p.value
+            for rm in metrics.data[-1].resource_metrics
+            for m in rm.scope_metrics[0].metrics for p in m.data.data_points}
+    assert last[("gpu.memory.in_use", dev1)] == 0
+    assert last[("gpu.memory.peak", dev1)] == 256 * MiB + held + 4 * MiB
     assert pid not in monitor.ledger.pids
 
 
@@ -245,27 +251,36 @@ def test_cuinit_is_reported(built, tracer):
         app.close()
 
 
+def start_python_app(monitor, tracer, built: Path, script: str,
+                     env: dict | None = None) -> subprocess.Popen:
+    """A Python program of tests/support/cuda on the stand-in driver, once it said `ready`
+    (after its cuInit) and the monitor registered its interpreter from that cuInit: its
+    calls from now on come with their Python frames."""
+    import sys
+
+    assert tracer.probes.attach(str(built / "libcuda.so.1"))
+    proc = subprocess.Popen([sys.executable, str(SRC / script), str(built / "libcuda.so.1")],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+    assert proc.stdout.readline().strip() == "ready"
+    deadline = time.monotonic() + 10
+    while proc.pid not in monitor._pythons and time.monotonic() < deadline:
+        monitor.drain(100)
+    assert proc.pid in monitor._pythons
+    return proc
+
+
 def test_python_allocation_sites(built, tracer):
     """A Python caller's frames come with its allocations (the CPU profiler's walk, run at
     the allocation's return), named while the process lives."""
-    import sys
 
     from otel_ebpf.profiling.frames import PYTHON
 
     profiles = _Profiles()
     monitor = GpuMonitor(tracer, {}, ProcessResources(), Stats(),
                          profile_exporters={"p": profiles}, interval_s=3600)
-    assert tracer.probes.attach(str(built / "libcuda.so.1"))
-    proc = subprocess.Popen([sys.executable, str(SRC / "py_app.py"),
-                             str(built / "libcuda.so.1")], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    proc = start_python_app(monitor, tracer, built, "py_app.py")
     try:
-        assert proc.stdout.readline().strip() == "ready"
-        # cuInit came first: the interpreter is registered before the allocations
-        deadline = time.monotonic() + 10
-        while proc.pid not in monitor._pythons and time.monotonic() < deadline:
-            monitor.drain(100)
-        assert proc.pid in monitor._pythons
         proc.stdin.write("go\n")
         proc.stdin.flush()
         proc.stdout.readline()
@@ -286,3 +301,67 @@ def test_python_allocation_sites(built, tracer):
     assert sites["make_activations"][0] == 1024 * MiB
     # the caller below it: the module's code
     assert [name for name, _ in sites["load_weights"][1]][:2] == ["load_weights", "<module>"]
+
+
+def test_compute_view_kernel_names_waits_and_virtual_memory(built, tracer):
+    """Launches named by the lookups that made their handles (cuLibraryGetKernel then
+    cuKernelGetFunction; cuModuleGetFunction with cuLaunchKernelEx), demangled, by Python
+    caller; time in each synchronize call by Python caller; cuMemCreate/cuMemMap counted
+    as memory held and mapped until cuMemUnmap/cuMemRelease."""
+
+    from otel_ebpf.profiling.frames import CUDA, PYTHON
+
+    metrics, profiles = _Collect(), _Profiles()
+    monitor = GpuMonitor(tracer, {"c": metrics}, ProcessResources(), Stats(),
+                         profile_exporters={"p": profiles}, interval_s=3600)
+    proc = start_python_app(monitor, tracer, built, "compute_app.py",
+                            {"STANDIN_KERNEL_US": "5000"})
+    try:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        handle = int(proc.stdout.readline().split()[1], 16)
+        deadline = time.monotonic() + 10
+        while not monitor.ledger.mapped() and time.monotonic() < deadline:
+            monitor.drain(100)
+        monitor.flush()  # while it lives: Python frames named from its memory
+        assert monitor.ledger.live_allocations(proc.pid) == {handle | 1 << 64: 2 * MiB}
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "released"
+        deadline = time.monotonic() + 10
+        while monitor.ledger.mapped() and time.monotonic() < deadline:
+            monitor.drain(100)
+        assert monitor.ledger.live_allocations(proc.pid) == {}
+        assert monitor.ledger.unmatched_frees == 0
+    finally:
+        proc.stdin.close()
+        proc.wait(10)
+
+    def caller(stack):
+        return next(f.name for f in stack if f.kind == PYTHON)
+
+    launch = next(b for b in profiles.batches if b.name == "launches")
+    by_kernel = {(s.stack[0].name, s.stack[0].kind, caller(s.stack)): s.values[0]
+                 for s in launch.samples}
+    assert by_kernel == {("fill(float*, int, float)", CUDA, "launch_fill"): 5,
+                         ("reduce(float const*, float*, int)", CUDA, "launch_reduce_ex"): 3}
+    sync = next(b for b in profiles.batches if b.name == "sync")
+    waits = {(s.attributes["gpu.sync.api"], caller(s.stack)): s.values for s in sync.samples}
+    assert set(waits) == {("stream_sync", "wait_stream"), ("ctx_sync", "wait_all"),
+                          ("event_sync", "wait_event")}
+    assert [waits[k][0] for k in sorted(waits)] == [2, 1, 4]  # ctx, event, stream
+    # 5 + 3 launches of 5 ms queued before the first wait: it waited for most of them
+    assert waits[("stream_sync", "wait_stream")][1] > 10_000_000
+    memory = next(b for b in profiles.batches if b.name == "memory")
+    (segment,) = [s for s in memory.samples if caller(s.stack) == "expandable_segment"]
+    assert segment.values == (1, 2 * MiB, 1, 2 * MiB)
+    assert segment.attributes["gpu.device.index"] == 0  # from the allocation's properties
+    points = {}
+    for data in metrics.data:
+        for rm in data.resource_metrics:
+            for m in rm.scope_metrics[0].metrics:
+                for p in m.data.data_points:
+                    points[(m.name, tuple(sorted(p.attributes.items())))] = p.value
+    assert points[("gpu.memory.mapped", ())] == 2 * MiB
+    assert points[("gpu.sync.count", (("gpu.sync.api", "stream_sync"),))] == 4
+    assert points[("gpu.sync.time", (("gpu.sync.api", "stream_sync"),))] > 0.01

@@ -34,17 +34,6 @@ def libs(tmp_path_factory) -> tuple[Path, Path]:
     return build_libcuda(out), build_nofp_alloc(out)
 
 
-def _wait(run, text: str, proc: subprocess.Popen, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while text not in run.stderr:
-        if proc.poll() is not None:
-            pytest.fail(f"the app ended ({proc.returncode}) before {text!r}")
-        if run.proc.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"no {text!r} in the agent's log after {timeout_s}s:\n"
-                        f"{run.stderr[-3000:]}")
-        time.sleep(0.1)
-
-
 def _gpu_stacks(folded: Path) -> list[list[str]]:
     """Frames (root first, the process name dropped) of the GPU profiles' folded lines
     that hold the app's allocation."""
@@ -77,9 +66,9 @@ def _allocate(start_agent, tmp_path: Path, libs: tuple[Path, Path], tables: bool
     try:
         assert app.stdout.readline().strip() == "ready"  # after cuInit
         # its interpreter known before it allocates (cuInit reached the agent)...
-        _wait(run, f"pid {app.pid} runs CPython", app, 60)
+        run.wait_log(f"pid {app.pid} runs CPython", app, 60)
         if tables:  # ... and, with tables, every file it maps has its table in
-            _wait(run, f"unwind tables in for pid {app.pid}:", app, 240)
+            run.wait_log(f"unwind tables in for pid {app.pid}:", app, 240)
         app.stdin.write("go\n")
         app.stdin.flush()
         assert app.stdout.readline().strip().startswith("0x")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from otel_ebpf.kernel import cuda_abi
-from otel_ebpf.kernel.cuda_abi import Api, GpuAlloc, GpuFree, GpuInit
+from otel_ebpf.kernel.cuda_abi import Api, GpuAlloc, GpuFree, GpuInit, GpuMap, GpuName
 from tests.support.c_layout import c_layout as build_and_read
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,9 +25,13 @@ PROBE = r"""
 #define S(t) printf(#t " %zu\n", sizeof(struct t))
 #define O(t, f) printf(#t "." #f " %zu\n", offsetof(struct t, f))
 int main(void) {
-    S(gpu_mem_event); S(gpu_copy_key); S(gpu_copy_totals); S(gpu_launch_key); S(gpu_config);
+    S(gpu_mem_event); S(gpu_site_key); S(gpu_site_totals); S(gpu_name_event); S(gpu_config);
     O(gpu_mem_event, stack); O(gpu_mem_event, py); O(gpu_mem_event, py_frames);
-    O(gpu_mem_event, duration_ns); O(gpu_launch_key, caller); O(gpu_launch_key, device);
+    O(gpu_mem_event, duration_ns); O(gpu_site_key, caller); O(gpu_site_key, device);
+    O(gpu_site_key, py); O(gpu_name_event, name);
+    printf("GPU_SITE_PY_FRAMES %d\nGPU_MAX_NAME %d\nEV2 %d %d %d\nAPI2 %d %d\nCNT_SITE %d\n",
+           GPU_SITE_PY_FRAMES, GPU_MAX_NAME, GPU_EV_NAME, GPU_EV_MAP, GPU_EV_UNMAP,
+           GPU_API_STREAM_SYNC, GPU_API_MEM_UNMAP, GPU_CNT_SITE_MISSES);
     printf("CUDA_ABI_VERSION %d\nGPU_MAX_STACK %d\nGPU_MAX_PY_FRAMES %d\nPROF_MAX_PY_FRAMES %d\n",
            CUDA_ABI_VERSION, GPU_MAX_STACK, GPU_MAX_PY_FRAMES, PROF_MAX_PY_FRAMES);
     printf("GPU_MAX_LAUNCH_STACK %d\nPROF_MAX_USTACK %d\nCNT_UW %d %d\n", GPU_MAX_LAUNCH_STACK,
@@ -48,10 +52,19 @@ def test_layouts_match_the_header(c_layout):
     assert int(c_layout["gpu_mem_event.stack"]) == cuda_abi.MEM_EVENT.size
     assert int(c_layout["gpu_mem_event.py"]) == cuda_abi.PY_OFFSET
     assert int(c_layout["gpu_mem_event"]) == cuda_abi.PY_OFFSET + 8 * cuda_abi.GPU_MAX_PY_FRAMES
-    assert int(c_layout["gpu_copy_key"]) == cuda_abi.COPY_KEY.size
-    assert int(c_layout["gpu_copy_totals"]) == cuda_abi.COPY_TOTALS.size
-    assert int(c_layout["gpu_launch_key"]) == cuda_abi.LAUNCH_KEY.size
-    assert int(c_layout["gpu_launch_key.caller"]) == 8
+    assert int(c_layout["gpu_site_key"]) == cuda_abi.SITE_KEY.size
+    assert int(c_layout["gpu_site_totals"]) == cuda_abi.SITE_TOTALS.size
+    assert int(c_layout["gpu_name_event"]) == cuda_abi.NAME_EVENT.size
+    assert int(c_layout["gpu_site_key.caller"]) == 8
+    assert int(c_layout["gpu_site_key.device"]) == struct.calcsize("<IiQQ")
+    assert int(c_layout["gpu_site_key.py"]) == struct.calcsize("<IiQQhHHH")
+    assert int(c_layout["gpu_name_event.name"]) == struct.calcsize("<BBHIQQ")
+    assert int(c_layout["GPU_SITE_PY_FRAMES"]) == cuda_abi.GPU_SITE_PY_FRAMES
+    assert int(c_layout["GPU_MAX_NAME"]) == cuda_abi.GPU_MAX_NAME
+    assert c_layout["EV2"].split() == [str(cuda_abi.GPU_EV_NAME), str(cuda_abi.GPU_EV_MAP),
+                                       str(cuda_abi.GPU_EV_UNMAP)]
+    assert c_layout["API2"].split() == [str(Api.STREAM_SYNC.value), str(Api.MEM_UNMAP.value)]
+    assert cuda_abi.COUNTER_NAMES[int(c_layout["CNT_SITE"])] == "site_misses"
     assert int(c_layout["gpu_config"]) == cuda_abi.GPU_CONFIG.size
     assert int(c_layout["CUDA_ABI_VERSION"]) == cuda_abi.CUDA_ABI_VERSION
     assert int(c_layout["GPU_MAX_STACK"]) == cuda_abi.GPU_MAX_STACK
@@ -82,6 +95,18 @@ def test_decode_allocation_with_stacks():
     ev = cuda_abi.decode(record)
     assert ev == GpuAlloc(10, 11, 5, Api.MEM_ALLOC_PITCH, 2, 0xABC000, 102400, 7,
                           (0x401000, 0x402000, 0x403000), (0x7000, 0x7101), 1)
+
+
+def test_decode_names_and_maps():
+    name = b"_Z6kernelPfi"
+    record = cuda_abi.NAME_EVENT.pack(cuda_abi.GPU_EV_NAME, Api.LIBRARY_GET_KERNEL, 0, 5,
+                                      0xAA, 0, name + b"\0junk-from-an-earlier-name")
+    assert cuda_abi.decode(record) == GpuName(5, Api.LIBRARY_GET_KERNEL, 0xAA, 0,
+                                              "_Z6kernelPfi")
+    assert cuda_abi.decode(_header(5, Api.MEM_MAP, 0, 3, 4, 0, 9, 0x7F00, 4096, 1)) == \
+        GpuMap(3, 4, 9, 0x7F00, 4096, True)
+    assert cuda_abi.decode(_header(6, Api.MEM_UNMAP, 0, 3, 4, 0, 9, 0x7F00, 4096, 1)) == \
+        GpuMap(3, 4, 9, 0x7F00, 4096, False)
 
 
 def test_decode_free_and_init():

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from opentelemetry.sdk.resources import Resource
 
-from otel_ebpf.gpu.ledger import SAMPLE_TYPES, MemoryLedger, Site, launch_profiles
+from otel_ebpf.gpu.ledger import SAMPLE_TYPES, MemoryLedger, Site, site_profiles
 from otel_ebpf.gpu.metrics import build_metrics
-from otel_ebpf.kernel.cuda_abi import Api, GpuAlloc, GpuFree, GpuInit
-from otel_ebpf.kernel.cuda_tracer import CopyTotals, LaunchTotals
+from otel_ebpf.kernel.cuda_abi import Api, GpuAlloc, GpuFree, GpuInit, GpuMap
+from otel_ebpf.kernel.cuda_tracer import CopyTotals, LaunchTotals, SiteTotals
 
 MiB = 1 << 20
 A, B = (0x1000, 0x2000), (0x3000, 0x2000)
@@ -70,12 +70,49 @@ def test_snapshot_alloc_and_inuse_by_site():
     assert ledger.snapshot(now_ns=30) == []  # nothing allocated, nothing held
 
 
-def test_launch_profiles_are_deltas_of_kernel_totals():
+def _site(api, stack, count, nbytes=0, ns=0, func=0, py=()):
+    return SiteTotals(7, api, 0, stack, py, func, count, nbytes, ns)
+
+
+def test_site_profiles_are_deltas_of_kernel_totals():
     seen: dict = {}
-    first = launch_profiles([LaunchTotals(7, 0, A, 5), LaunchTotals(7, 0, B, 3)], seen, 0, 1)
-    assert {s.site.stack: s.values for s in first[0].samples} == {A: (5,), B: (3,)}
-    second = launch_profiles([LaunchTotals(7, 0, A, 9), LaunchTotals(7, 0, B, 3)], seen, 1, 2)
-    assert [(s.site.stack, s.values) for s in second[0].samples] == [(A, (4,))]
+    names = {(7, 0xF1): "void add<float>(float*, int)"}
+    first = site_profiles([_site(Api.LAUNCH_KERNEL, A, 5, func=0xF1),
+                           _site(Api.LAUNCH_KERNEL, B, 3)], seen, 0, 1, names)
+    launches = first["launches"][0]
+    assert {s.site.stack: s.values for s in launches.samples} == {A: (5,), B: (3,)}
+    by_stack = {s.site.stack: dict(s.attributes) for s in launches.samples}
+    assert by_stack[A]["gpu.kernel.name"] == "void add<float>(float*, int)"
+    assert "gpu.kernel.name" not in by_stack[B]  # a function never seen looked up
+    second = site_profiles([_site(Api.LAUNCH_KERNEL, A, 9, func=0xF1),
+                            _site(Api.LAUNCH_KERNEL, B, 3)], seen, 1, 2, names)
+    assert [(s.site.stack, s.values) for s in second["launches"][0].samples] == [(A, (4,))]
+
+
+def test_site_profiles_of_copies_and_waits():
+    seen: dict = {}
+    out = site_profiles([_site(Api.MEMCPY_HTOD, A, 4, 4 * MiB, 4000, py=(0x70,)),
+                         _site(Api.STREAM_SYNC, B, 2, 0, 9_000_000)], seen, 0, 1)
+    (copy,) = out["copies"][0].samples
+    assert copy.site == Site(A, (0x70,)) and copy.values == (4, 4 * MiB, 4000)
+    assert dict(copy.attributes)["gpu.copy.api"] == "memcpy_htod"
+    (wait,) = out["sync"][0].samples
+    assert wait.values == (2, 9_000_000)
+    assert dict(wait.attributes)["gpu.sync.api"] == "stream_sync"
+    assert out["launches"] == []
+
+
+def test_cumemcreate_handles_pair_with_release_apart_from_pointers():
+    ledger = MemoryLedger()
+    ledger.apply([GpuAlloc(1, 1, 1, Api.MEM_CREATE, 0, 0x10, 2 * MiB, 0, A),
+                  alloc(0x10, 1 * MiB),  # a device pointer equal to the handle
+                  GpuMap(1, 1, 2, 0x7F0000, 2 * MiB, True),
+                  GpuFree(1, 1, 3, Api.MEM_RELEASE, 0, 0x10, 0)])
+    assert ledger.live_allocations(1) == {0x10: 1 * MiB}
+    assert ledger.unmatched_frees == 0
+    assert ledger.mapped() == {1: 2 * MiB}
+    ledger.apply([GpuMap(1, 1, 4, 0x7F0000, 2 * MiB, False)])
+    assert ledger.mapped() == {}
 
 
 def test_metrics_per_process_resource():
@@ -101,3 +138,12 @@ def test_metrics_per_process_resource():
     assert (sync, 3e-6) in one["gpu.memory.copy.time"]
     assert by_pid[2]["gpu.memory.in_use"] == [({"gpu.device.index": 0,
                                                 "gpu.memory.type": "device"}, 64 * MiB)]
+
+
+def test_an_exited_process_reads_zero_in_use_for_its_last_report():
+    ledger = MemoryLedger()
+    ledger.apply([alloc(0x10, 256 * MiB), GpuMap(1, 1, 2, 0x7F0000, 2 * MiB, True)])
+    ledger.exited(1)
+    (u,) = ledger.usage()
+    assert (u.in_use, u.live, u.peak, u.allocated) == (0, 0, 256 * MiB, 256 * MiB)
+    assert ledger.mapped() == {} and ledger.live_allocations(1) == {}

@@ -1,0 +1,1 @@
+"""Views of the agent's outputs for people: flame graphs (SVG) of its profiles."""
