@@ -189,6 +189,8 @@ class NeutralSpan:
     # start as wall-clock time; the exporters encode the span from these and the rest
     resource: Any = None
     wall_ns: int = 0
+    # W3C tracestate the span goes out with: head sampling's `ot=th:` (correlate/sampling.py)
+    trace_state: str = ""
 
     @property
     def pid(self) -> int:

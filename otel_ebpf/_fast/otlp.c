@@ -213,7 +213,7 @@ static void attributes(Buf *b, unsigned char tag, PyObject *attrs)
 
 static PyObject *s_name, *s_kind, *s_start_ns, *s_end_ns, *s_wall_ns, *s_attributes,
 	*s_status, *s_status_message, *s_trace_id, *s_span_id, *s_parent_span_id, *s_events,
-	*s_links, *s_time_ns;
+	*s_links, *s_time_ns, *s_trace_state;
 
 #define KIND_SERVER 2
 #define KIND_CONSUMER 5
@@ -222,7 +222,7 @@ static PyObject *s_name, *s_kind, *s_start_ns, *s_end_ns, *s_wall_ns, *s_attribu
 /* The fields both writers read, borrowed from the span's (new) references. */
 typedef struct {
 	PyObject *refs[11];
-	PyObject *name, *attrs, *msg, *events, *links;
+	PyObject *name, *attrs, *msg, *events, *links, *trace_state;
 	const unsigned char *trace, *span, *parent;
 	Py_ssize_t parent_len;
 	long kind, status;
@@ -308,6 +308,13 @@ static int view_of(PyObject *obj, View *v)
 		Py_CLEAR(v->links);
 		return -1;
 	}
+	v->trace_state = PyObject_GetAttr(obj, s_trace_state);
+	if (!v->trace_state) {
+		PyErr_Clear();
+		return -1;
+	}
+	if (!PyUnicode_CheckExact(v->trace_state))
+		return -1;
 	return 0;
 }
 
@@ -315,6 +322,7 @@ static void view_done(View *v)
 {
 	Py_XDECREF(v->events);
 	Py_XDECREF(v->links);
+	Py_XDECREF(v->trace_state);
 	view_release(v);
 }
 
@@ -416,6 +424,8 @@ static int write_span(Buf *b, PyObject *obj)
 	put(b, v.trace, 16);
 	put(b, "\x12\x08", 2);
 	put(b, v.span, 8);
+	if (PyUnicode_GET_LENGTH(v.trace_state))
+		text_field(b, 0x1a, v.trace_state);
 	if (v.has_parent) {
 		put(b, "\x22\x08", 2);
 		put(b, v.parent, 8);
@@ -707,6 +717,10 @@ static int write_span_json(Buf *b, PyObject *obj, PyObject *dumps)
 	hex(b, v.trace, 16);
 	lit(b, ",\"spanId\":");
 	hex(b, v.span, 8);
+	if (PyUnicode_GET_LENGTH(v.trace_state)) {
+		lit(b, ",\"traceState\":");
+		jstr(b, v.trace_state);
+	}
 	if (v.has_parent) {
 		lit(b, ",\"parentSpanId\":");
 		hex(b, v.parent, 8);
@@ -875,6 +889,7 @@ PyMODINIT_FUNC PyInit_otlp(void)
 		{&s_events, "events"},
 		{&s_links, "links"},
 		{&s_time_ns, "time_ns"},
+		{&s_trace_state, "trace_state"},
 	};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		*names[i].slot = PyUnicode_InternFromString(names[i].name);

@@ -42,6 +42,9 @@ class HeadSampler:
     def __init__(self, ratio: float) -> None:
         self.ratio = ratio
         self.threshold = threshold(ratio)
+        th = th_value(self.threshold)
+        # what a kept span says of its sampling, for a Collector or backend to count with
+        self.trace_state = f"ot=th:{th}" if th is not None and self.threshold else ""
 
     def describe(self) -> str:
         th = th_value(self.threshold)
@@ -53,7 +56,11 @@ class HeadSampler:
         return int.from_bytes(trace_id[-7:], "big") >= self.threshold
 
     def keep(self, spans: list[NeutralSpan]) -> list[NeutralSpan]:
+        """The spans of kept traces, each with the `ot=th:` tracestate of this ratio."""
         t = self.threshold
         if t == 0:
             return spans
-        return [s for s in spans if int.from_bytes(s.trace_id[-7:], "big") >= t]
+        kept = [s for s in spans if int.from_bytes(s.trace_id[-7:], "big") >= t]
+        for span in kept:
+            span.trace_state = self.trace_state
+        return kept

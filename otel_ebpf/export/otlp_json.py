@@ -70,6 +70,8 @@ def span_json(span: NeutralSpan) -> dict[str, Any]:
     route writes it for the ReadableSpan made of it; the reference for the C writer."""
     start = span.wall_ns
     out: dict[str, Any] = {"traceId": span.trace_id.hex(), "spanId": span.span_id.hex()}
+    if span.trace_state:
+        out["traceState"] = span.trace_state
     parent = span.parent_span_id
     if parent and int.from_bytes(parent, "big"):
         out["parentSpanId"] = parent.hex()

@@ -99,6 +99,8 @@ def span_proto(span: NeutralSpan) -> bytes:
     parts = [b"\x0a\x10", span.trace_id, b"\x12\x08", span.span_id]
     if len(span.trace_id) != 16 or len(span.span_id) != 8:
         raise ValueError(f"span {span.name!r}: IDs not assigned")
+    if span.trace_state:
+        parts.append(_field(b"\x1a", span.trace_state.encode()))
     parent = span.parent_span_id
     if parent and int.from_bytes(parent, "big"):
         parts += (b"\x22\x08", parent)

@@ -12,7 +12,7 @@ from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, TraceFlags
+from opentelemetry.trace import Link, SpanContext, TraceFlags, TraceState
 from opentelemetry.trace.status import Status
 from opentelemetry.trace.status import StatusCode as ApiStatusCode
 
@@ -85,7 +85,8 @@ def has_remote_parent(span: NeutralSpan) -> bool:
 def to_readable(span: NeutralSpan) -> ReadableSpan:
     """The SDK's ReadableSpan of a ready span (see ready)."""
     trace_id = int.from_bytes(span.trace_id, "big")
-    context = SpanContext(trace_id, int.from_bytes(span.span_id, "big"), False, _SAMPLED)
+    state = TraceState.from_header([span.trace_state]) if span.trace_state else None
+    context = SpanContext(trace_id, int.from_bytes(span.span_id, "big"), False, _SAMPLED, state)
     parent = None
     if span.parent_span_id:
         parent = SpanContext(

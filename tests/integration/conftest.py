@@ -76,6 +76,7 @@ class Span:
     span_id: str
     parent_span_id: str = ""
     links: list = field(default_factory=list)
+    trace_state: str = ""
 
 
 def _value(v: dict):
@@ -103,7 +104,7 @@ def read_spans(path: Path) -> list[Span]:
                         attrs={a["key"]: _value(a["value"]) for a in s.get("attributes", [])},
                         resource=res, status=s.get("status", {}), trace_id=s["traceId"],
                         span_id=s["spanId"], parent_span_id=s.get("parentSpanId", ""),
-                        links=s.get("links", [])))
+                        links=s.get("links", []), trace_state=s.get("traceState", "")))
     return spans
 
 

@@ -44,7 +44,7 @@ def sample_spans() -> list[NeutralSpan]:
         neutral_span(3, SpanKind.CONSUMER, parent_span_id=bytes([8] * 8),
                      links=[SpanLink(bytes([5] * 16), bytes([6] * 8), {"why": "derived"}),
                             SpanLink(bytes([4] * 16), bytes([3] * 8))]),
-        neutral_span(4, SpanKind.INTERNAL, status=StatusCode.OK),
+        neutral_span(4, SpanKind.INTERNAL, status=StatusCode.OK, trace_state="ot=th:c"),
         neutral_span(5, SpanKind.CLIENT, status=StatusCode.OK, status_message="not said"),
     ]
     return [ready(s, resources[i % 2], clock) for i, s in enumerate(spans)]

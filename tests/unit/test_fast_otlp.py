@@ -62,14 +62,15 @@ attributes = st.dictionaries(text, values, max_size=8)
        ids=st.tuples(st.binary(min_size=16, max_size=16), st.binary(min_size=8, max_size=8)),
        events=st.lists(st.tuples(text, st.integers(0, 2**40), attributes), max_size=2),
        links=st.lists(st.tuples(st.binary(min_size=16, max_size=16),
-                                st.binary(min_size=8, max_size=8), attributes), max_size=2))
+                                st.binary(min_size=8, max_size=8), attributes), max_size=2),
+       trace_state=st.just("") | st.just("ot=th:c") | text)
 def test_random_spans_byte_for_byte(monkeypatch, attrs, name, kind, status, message, times,
-                                    parent, ids, events, links):
+                                    parent, ids, events, links, trace_state):
     span = NeutralSpan(name=name, kind=kind, start_ns=times[0], end_ns=times[1], conn=CONN,
                        attributes=attrs, status=status, status_message=message,
                        trace_id=ids[0], span_id=ids[1], parent_span_id=parent,
                        events=[SpanEvent(n, t, a) for n, t, a in events],
-                       links=[SpanLink(t, s, a) for t, s, a in links])
+                       links=[SpanLink(t, s, a) for t, s, a in links], trace_state=trace_state)
     spans = [ready(span, resource_for({"service.name": "t"}), KernelClock())]
     for encode in ENCODERS:
         try:

@@ -31,6 +31,13 @@ def test_thresholds(ratio, t, th):
         "no trace" in HeadSampler(ratio).describe()
 
 
+def test_kept_spans_carry_the_threshold_and_all_kept_spans_none():
+    spans = [_span(i, os.urandom(16)) for i in range(200)]
+    assert {s.trace_state for s in HeadSampler(0.25).keep(spans)} == {"ot=th:c"}
+    assert HeadSampler(1.0).trace_state == ""  # nothing sampled away: nothing to say
+    assert all(s.trace_state == "" for s in HeadSampler(1.0).keep([_span(0, bytes(16))]))
+
+
 def test_decision_reads_the_last_56_bits_only():
     s = HeadSampler(0.25)
     at = bytes(9) + (0xC0000000000000).to_bytes(7, "big")
@@ -88,5 +95,7 @@ def test_span_metrics_count_spans_sampled_out(tmp_path):
     assert 0 < len(exported) < len(spans)
     assert sorted(s.span_id for s in exported) == sorted(s.span_id.hex() for s in expected)
     assert agent.stats.total("spans.sampled_out") == len(spans) - len(exported)
+    # each kept span says how it was sampled, as OpenTelemetry's tracestate writes it
+    assert {s.trace_state for s in exported} == {f"ot=th:{th_value(agent.sampler.threshold)}"}
     (point,) = read_histograms(metrics)["gen_ai.client.operation.duration"]
     assert point.count == len(spans)  # every span, kept or not
