@@ -173,7 +173,7 @@ class ElfCache:
         key = (st.st_dev, st.st_ino, st.st_mtime_ns)
         with self._lock:
             if key in self._by_file:
-                return self._by_file[key]
+                return _reached(self._by_file[key], path)
         try:
             info = ElfInfo(path)
         except (OSError, ELFError, ValueError):
@@ -183,6 +183,15 @@ class ElfCache:
                 self._by_file.clear()
                 self._by_build_id.clear()
             if info is not None and info.build_id:
-                info = self._by_build_id.setdefault(info.build_id, info)
+                info = _reached(self._by_build_id.setdefault(info.build_id, info), path)
             self._by_file[key] = info
         return info
+
+
+def _reached(info: ElfInfo | None, path: str) -> ElfInfo | None:
+    """The file as reached now: a path through /proc/PID/root lasts only as long as that
+    process, and the file's bytes are read again later (ElfInfo.read), by whoever asks
+    next. The path just stat'ed is the one known to work."""
+    if info is not None:
+        info.path = path
+    return info

@@ -263,3 +263,22 @@ def test_debug_offsets_reject_other_layouts():
     raw[8:16] = (0x030E00F0).to_bytes(8, "little")  # 3.14
     with pytest.raises(ValueError):
         from_debug_offsets(bytes(raw))
+
+
+def test_an_interpreter_is_found_after_the_first_process_of_its_file_exited():
+    """The ELF cache shares one parse per file among processes, and each process's files
+    are reached through its own /proc/PID/root: once the first process that mapped the
+    interpreter is gone, the next one must still be read (on a GPU host, a training run
+    started after a first torch process ended got no Python frames)."""
+    elfs = ElfCache()
+    found = []
+    for _ in range(2):  # one after the other: the first has exited when the second is read
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout.readline().strip() == "up"
+            found.append(find_interpreter(proc.pid, ProcessMaps(proc.pid), elfs))
+        finally:
+            proc.communicate(timeout=30)
+        assert found[-1] is not None and found[-1].pid == proc.pid
