@@ -128,6 +128,23 @@ class GpuMonitor:
         for pid in using:
             self.symbolizer.process(pid)
             self._unwind(pid)
+        self._name_live_sites()
+
+    def _name_live_sites(self) -> None:
+        """The Python frames of launch, copy and sync sites new since the last scan, named
+        while their process lives: one that exits before the interval's export (a short
+        launch-bound job) would keep its counts and lose its Python names."""
+        for t in self.tracer.sites():
+            if not t.py:
+                continue
+            key = (t.pid, Site(t.stack, t.py))
+            if key in self._python:
+                continue
+            if len(self._python) >= MAX_SITES:
+                self._python.clear()
+            groups = self.symbolizer.python(t.pid, t.py)
+            if groups is not None:
+                self._python[key] = groups
 
     def _unwind(self, pid: int) -> None:
         """Unwind tables for a process that uses CUDA (built in the background; until

@@ -365,3 +365,37 @@ def test_compute_view_kernel_names_waits_and_virtual_memory(built, tracer):
     assert points[("gpu.memory.mapped", ())] == 2 * MiB
     assert points[("gpu.sync.count", (("gpu.sync.api", "stream_sync"),))] == 4
     assert points[("gpu.sync.time", (("gpu.sync.api", "stream_sync"),))] > 0.01
+
+
+def test_launch_sites_of_a_process_gone_before_the_export_keep_their_python_names(
+        built, tracer):
+    """A short job's launches are named by the monitor's scan while it lives: exported
+    after it exited, they still say which Python function launched them."""
+
+    from otel_ebpf.profiling.frames import PYTHON
+
+    profiles = _Profiles()
+    monitor = GpuMonitor(tracer, {}, ProcessResources(), Stats(),
+                         profile_exporters={"p": profiles}, interval_s=3600)
+    proc = start_python_app(monitor, tracer, built, "compute_app.py",
+                            {"STANDIN_KERNEL_US": "100"})
+    try:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        proc.stdout.readline()
+        deadline = time.monotonic() + 10
+        while not monitor.ledger.mapped() and time.monotonic() < deadline:
+            monitor.drain(100)
+        monitor.scan()  # the drain thread's periodic scan, while the process lives
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "released"
+    finally:
+        proc.stdin.close()
+        proc.wait(10)
+    monitor.drain(100)
+    monitor.flush()  # the process is gone: its memory can no longer be read
+    launch = next(b for b in profiles.batches if b.name == "launches")
+    callers = {next((f.name for f in s.stack if f.kind == PYTHON), None): s.values[0]
+               for s in launch.samples}
+    assert callers == {"launch_fill": 5, "launch_reduce_ex": 3}
