@@ -28,7 +28,7 @@ APT_PACKAGES := clang llvm binutils libbpf-dev libbpf1 bpftool libelf-dev libelf
 CONFIG ?= config/default.yaml
 PYTEST_ARGS ?=
 
-.PHONY: run test install deps venv bpf check clean demo
+.PHONY: run test install deps venv bpf check clean demo demo-screenshot
 
 run: install
 	$(VENV)/bin/otel-ebpf run -c $(CONFIG)
@@ -78,6 +78,15 @@ $(CHROMA_VENV)/.installed:
 # Phoenix + gateway -> RAG -> Chroma -> streaming LLM server, traced by the agent (root)
 demo: install $(CHROMA_VENV)/.installed $(DEMO_VENV)/.installed
 	$(PY) demo/run.py
+
+# The picture in docs/deploy.md: the demo, then Debian's headless Chromium on Phoenix's
+# trace view (a doc step: `make test` needs no browser)
+demo-screenshot: install $(CHROMA_VENV)/.installed $(DEMO_VENV)/.installed
+	@command -v chromium >/dev/null || { \
+		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }
+	$(PY) demo/run.py --screenshot docs/images/demo-trace.png
 
 $(DEMO_VENV)/.installed:
 	$(PYTHON) -m venv $(DEMO_VENV)

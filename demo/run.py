@@ -4,7 +4,8 @@
 
 Nothing in the path is instrumented: the agent (root) sees the traffic and sends its spans
 to Phoenix over OTLP/HTTP. A few questions are asked, then the URL to open is printed and
-everything runs until Ctrl-C (`--once`: exit after checking that Phoenix has the spans).
+everything runs until Ctrl-C (`--once`: exit after checking that Phoenix has the spans;
+`--screenshot PNG`: check, save a picture of the first question's trace tree, exit).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from demo import screenshot  # noqa: E402
 from tests.support.chroma_peer import chroma_server  # noqa: E402
 from tests.support.openai_server import openai_server  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
@@ -34,6 +36,9 @@ DEMO_VENV = REPO / ".venv-demo" / "bin"
 QUESTIONS = ["What does eBPF see?", "What is OTLP for?", "How do ROS 2 nodes talk?",
              "What does Phoenix show?"]
 START_TIMEOUT_S = 180.0
+# The spans every question's trace must hold: the gateway's GET, the vector query, the
+# streaming chat call (the LLM span comes last: the screenshot selects it).
+PATH_SPANS = ("GET", "query docs", "chat demo-7b")
 
 
 def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout_s: float) -> None:
@@ -80,12 +85,17 @@ def _phoenix_spans(base: str) -> list[dict]:
 
 
 def _whole_traces(spans: list[dict]) -> set[str]:
-    """Traces holding a question's whole path: the gateway's GET, the vector query, the
-    streaming chat call."""
+    """Traces holding a question's whole path (PATH_SPANS)."""
     names: dict[str, set[str]] = {}
     for s in spans:
         names.setdefault(s["context"]["trace_id"], set()).add(s["name"])
-    return {t for t, n in names.items() if {"GET", "query docs", "chat demo-7b"} <= n}
+    return {t for t, n in names.items() if set(PATH_SPANS) <= n}
+
+
+def _first_llm_span(spans: list[dict], whole: set[str]) -> str:
+    """The span id of the LLM call in the earliest whole trace (the first question's)."""
+    llm = [s for s in spans if s["context"]["trace_id"] in whole and s["name"] == PATH_SPANS[-1]]
+    return min(llm, key=lambda s: s["start_time"])["context"]["span_id"]
 
 
 def main() -> int:
@@ -93,7 +103,13 @@ def main() -> int:
     parser.add_argument("--phoenix-port", type=int, default=6006)
     parser.add_argument("--once", action="store_true",
                         help="exit once Phoenix has the spans, instead of running on")
+    parser.add_argument("--screenshot", type=Path, metavar="PNG",
+                        help="once Phoenix has the spans, save a PNG of the first question's "
+                             "trace tree (headless Chromium) and exit")
     args = parser.parse_args()
+    if args.screenshot:
+        screenshot.chromium()  # fail before starting anything if it is not installed
+        args.screenshot = args.screenshot.resolve()
     if os.geteuid() != 0:
         print("the agent loads eBPF programs: run `sudo make demo`", file=sys.stderr)
         return 1
@@ -153,8 +169,14 @@ def main() -> int:
               f"{phoenix} (project 'default')", flush=True)
         for name in sorted({s["name"] for s in spans}):
             print(f"  span: {name}")
-        if args.once:
-            return 0 if len(whole) == len(QUESTIONS) else 1
+        if args.once or args.screenshot:
+            if len(whole) != len(QUESTIONS):
+                return 1
+            if args.screenshot:
+                url = screenshot.span_url(phoenix, _first_llm_span(spans, whole))
+                size = screenshot.take(url, args.screenshot, list(PATH_SPANS))
+                print(f"screenshot of {url}: {args.screenshot} ({size // 1024} KiB)")
+            return 0
         print("Ctrl-C stops everything", flush=True)
         try:
             while agent.poll() is None:
