@@ -505,62 +505,55 @@ def compare_http(args, exe: Path, today: str) -> list[str]:
     return lines
 
 
-def sse_step(rate: float, args, profile: bool = False) -> Step:
-    step = Step("sse", rate)
-    with tempfile.TemporaryDirectory(prefix="capacity-sse-") as tmp:
+def peer_step(name: str, rate: float, args, server: list[str], load: list[str],
+              profile: bool) -> tuple[Step, dict]:
+    """One step against a Python server peer (`server`, given a free port after it), under
+    a fresh agent, with the load command `load` (its port placeholder "{port}" filled in):
+    the step and the load's summary."""
+    step = Step(name, rate)
+    with tempfile.TemporaryDirectory(prefix=f"capacity-{name}-") as tmp:
         workdir = Path(tmp)
         port = free_port()
-        log = (workdir / "openai-server.log").open("w")
-        server = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.openai_server", "--port", str(port),
-             "--first-token-delay", "0", "--token-interval", str(SSE_INTERVAL_MS / 1000),
-             "--tokens", str(SSE_TOKENS)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        log = (workdir / "server.log").open("w")
+        proc = subprocess.Popen([sys.executable, "-m", *server, str(port)], cwd=REPO,
+                                stdout=log, stderr=subprocess.STDOUT)
         agent = None
         try:
-            wait_port(port, server)
+            wait_port(port, proc)
             agent = Agent(workdir, [port], args.agent_cpu)
             time.sleep(SETTLE_S)
-            load_cmd = [sys.executable, str(CAPACITY / "sse_client.py"), str(port), str(rate),
-                        str(args.seconds), "--conns", str(args.sse_conns), "--tokens",
-                        str(SSE_TOKENS), "--interval-ms", str(SSE_INTERVAL_MS)]
-            load = measured_step(step, agent, server.pid, load_cmd, args.seconds + 60, args,
-                                 workdir / "profile.txt" if profile else None)
+            cmd = [str(port) if part == "{port}" else part for part in load]
+            summary = measured_step(step, agent, proc.pid, cmd, args.seconds + 60, args,
+                                    workdir / "profile.txt" if profile else None)
         finally:
             if agent is not None:
                 agent.stop()
-            stop(server)
+            stop(proc)
             log.close()
-        step.achieved = load["streams_per_s"]
-        step.chunks = load["events"]
-        step.chunk_rate = load["events_per_s"]
+    return step, summary
+
+
+def sse_step(rate: float, args, profile: bool = False) -> Step:
+    step, load = peer_step(
+        "sse", rate, args,
+        ["tests.support.openai_server", "--first-token-delay", "0", "--token-interval",
+         str(SSE_INTERVAL_MS / 1000), "--tokens", str(SSE_TOKENS), "--port"],
+        [sys.executable, str(CAPACITY / "sse_client.py"), "{port}", str(rate),
+         str(args.seconds), "--conns", str(args.sse_conns), "--tokens", str(SSE_TOKENS),
+         "--interval-ms", str(SSE_INTERVAL_MS)], profile)
+    step.achieved = load["streams_per_s"]
+    step.chunks = load["events"]
+    step.chunk_rate = load["events_per_s"]
     return step
 
 
 def grpc_step(rate: float, args, profile: bool = False) -> Step:
-    step = Step("grpc", rate)
-    with tempfile.TemporaryDirectory(prefix="capacity-grpc-") as tmp:
-        workdir = Path(tmp)
-        port = free_port()
-        log = (workdir / "grpc-server.log").open("w")
-        server = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.peers.grpc_peer", "server", str(port)],
-            cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-        agent = None
-        try:
-            wait_port(port, server)
-            agent = Agent(workdir, [port], args.agent_cpu)
-            time.sleep(SETTLE_S)
-            load_cmd = [sys.executable, str(CAPACITY / "grpc_load.py"), str(port), str(rate),
-                        str(args.seconds), "--conns", str(args.grpc_conns)]
-            load = measured_step(step, agent, server.pid, load_cmd, args.seconds + 60, args,
-                                 workdir / "profile.txt" if profile else None)
-        finally:
-            if agent is not None:
-                agent.stop()
-            stop(server)
-            log.close()
-        step.achieved = load["rate"]
-        step.p99_ms = load["p99_ms"]
+    step, load = peer_step(
+        "grpc", rate, args, ["tests.integration.peers.grpc_peer", "server"],
+        [sys.executable, str(CAPACITY / "grpc_load.py"), "{port}", str(rate),
+         str(args.seconds), "--conns", str(args.grpc_conns)], profile)
+    step.achieved = load["rate"]
+    step.p99_ms = load["p99_ms"]
     return step
 
 

@@ -363,51 +363,79 @@ static void bytes_field(Buf *b, unsigned char tag, PyObject *o, Py_ssize_t want)
 	put(b, PyBytes_AS_STRING(o), want);
 }
 
+/* A SpanEvent's or SpanLink's fields, read once for either writer (new references). */
+typedef struct {
+	PyObject *first, *second, *attrs; /* event: name, time_ns; link: trace_id, span_id */
+	long long at;                     /* an event's wall-clock time */
+} Item;
+
+static void item_done(Item *it)
+{
+	Py_XDECREF(it->first);
+	Py_XDECREF(it->second);
+	Py_XDECREF(it->attrs);
+}
+
+/* 0, or -1 when the event is Python's to write */
+static int event_of(PyObject *e, View *v, Item *it)
+{
+	it->first = field_of(e, s_name);
+	it->second = field_of(e, s_time_ns);
+	it->attrs = field_of(e, s_attributes);
+	int bad = !it->first || !it->second || !it->attrs || !PyUnicode_CheckExact(it->first) ||
+		  !PyDict_Check(it->attrs);
+	long long tns = bad ? 0 : ll_of(it->second, &bad);
+	it->at = v->start + tns - v->kstart;
+	return bad || it->at < 0 ? -1 : 0;
+}
+
+/* 0, or -1 when the link is Python's to write */
+static int link_of(PyObject *l, Item *it)
+{
+	it->first = field_of(l, s_trace_id);
+	it->second = field_of(l, s_span_id);
+	it->attrs = field_of(l, s_attributes);
+	it->at = 0;
+	return it->first && it->second && it->attrs && PyBytes_CheckExact(it->first) &&
+			       PyBytes_GET_SIZE(it->first) == 16 && PyBytes_CheckExact(it->second) &&
+			       PyBytes_GET_SIZE(it->second) == 8 && PyDict_Check(it->attrs)
+		       ? 0
+		       : -1;
+}
+
 static void proto_events(Buf *b, View *v)
 {
 	for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v->events) && !b->failed; i++) {
-		PyObject *e = PyList_GET_ITEM(v->events, i);
-		PyObject *name = field_of(e, s_name), *t = field_of(e, s_time_ns),
-			 *attrs = field_of(e, s_attributes);
-		int bad = !name || !t || !attrs || !PyUnicode_CheckExact(name) ||
-			  !PyDict_Check(attrs);
-		long long tns = bad ? 0 : ll_of(t, &bad);
-		long long at = v->start + tns - v->kstart;
-		if (bad || at < 0) {
+		Item it;
+		if (event_of(PyList_GET_ITEM(v->events, i), v, &it) < 0) {
 			b->failed = 1;
 		} else {
 			size_t ev = begin_field(b, 0x5a);
 			byte(b, 0x09);
-			fixed64(b, (uint64_t)at);
-			text_field(b, 0x12, name);
-			attributes(b, 0x1a, attrs);
+			fixed64(b, (uint64_t)it.at);
+			text_field(b, 0x12, it.first);
+			attributes(b, 0x1a, it.attrs);
 			end_field(b, ev);
 		}
-		Py_XDECREF(name);
-		Py_XDECREF(t);
-		Py_XDECREF(attrs);
+		item_done(&it);
 	}
 }
 
 static void proto_links(Buf *b, View *v)
 {
 	for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v->links) && !b->failed; i++) {
-		PyObject *l = PyList_GET_ITEM(v->links, i);
-		PyObject *trace = field_of(l, s_trace_id), *span = field_of(l, s_span_id),
-			 *attrs = field_of(l, s_attributes);
-		if (!trace || !span || !attrs || !PyDict_Check(attrs)) {
+		Item it;
+		if (link_of(PyList_GET_ITEM(v->links, i), &it) < 0) {
 			b->failed = 1;
 		} else {
 			size_t link = begin_field(b, 0x6a);
-			bytes_field(b, 0x0a, trace, 16);
-			bytes_field(b, 0x12, span, 8);
-			attributes(b, 0x22, attrs);
+			bytes_field(b, 0x0a, it.first, 16);
+			bytes_field(b, 0x12, it.second, 8);
+			attributes(b, 0x22, it.attrs);
 			put(b, "\x35\x00\x03\x00\x00", 5); /* flags: has-is-remote | is-remote */
 			end_field(b, link);
 		}
-		Py_XDECREF(trace);
-		Py_XDECREF(span);
-		Py_XDECREF(attrs);
+		item_done(&it);
 	}
 }
 
@@ -646,30 +674,23 @@ static void json_events(Buf *b, View *v, PyObject *dumps)
 {
 	lit(b, ",\"events\":[");
 	for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v->events) && !b->failed; i++) {
-		PyObject *e = PyList_GET_ITEM(v->events, i);
-		PyObject *name = field_of(e, s_name), *t = field_of(e, s_time_ns),
-			 *attrs = field_of(e, s_attributes);
-		int bad = !name || !t || !attrs || !PyUnicode_CheckExact(name) ||
-			  !PyDict_Check(attrs);
-		long long tns = bad ? 0 : ll_of(t, &bad);
-		if (bad) {
+		Item it;
+		if (event_of(PyList_GET_ITEM(v->events, i), v, &it) < 0) {
 			b->failed = 1;
 		} else {
 			if (i)
 				byte(b, ',');
 			lit(b, "{\"timeUnixNano\":");
-			jquoted_num(b, v->start + tns - v->kstart);
+			jquoted_num(b, it.at);
 			lit(b, ",\"name\":");
-			jstr(b, name);
-			if (PyDict_GET_SIZE(attrs)) {
+			jstr(b, it.first);
+			if (PyDict_GET_SIZE(it.attrs)) {
 				lit(b, ",\"attributes\":");
-				jattributes(b, attrs, dumps);
+				jattributes(b, it.attrs, dumps);
 			}
 			byte(b, '}');
 		}
-		Py_XDECREF(name);
-		Py_XDECREF(t);
-		Py_XDECREF(attrs);
+		item_done(&it);
 	}
 	byte(b, ']');
 }
@@ -678,28 +699,23 @@ static void json_links(Buf *b, View *v, PyObject *dumps)
 {
 	lit(b, ",\"links\":[");
 	for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v->links) && !b->failed; i++) {
-		PyObject *l = PyList_GET_ITEM(v->links, i);
-		PyObject *trace = field_of(l, s_trace_id), *span = field_of(l, s_span_id),
-			 *attrs = field_of(l, s_attributes);
-		if (!trace || !span || !attrs || !PyBytes_CheckExact(trace) ||
-		    !PyBytes_CheckExact(span) || !PyDict_Check(attrs)) {
+		Item it;
+		if (link_of(PyList_GET_ITEM(v->links, i), &it) < 0) {
 			b->failed = 1;
 		} else {
 			if (i)
 				byte(b, ',');
 			lit(b, "{\"traceId\":");
-			hex(b, (const unsigned char *)PyBytes_AS_STRING(trace), PyBytes_GET_SIZE(trace));
+			hex(b, (const unsigned char *)PyBytes_AS_STRING(it.first), 16);
 			lit(b, ",\"spanId\":");
-			hex(b, (const unsigned char *)PyBytes_AS_STRING(span), PyBytes_GET_SIZE(span));
-			if (PyDict_GET_SIZE(attrs)) {
+			hex(b, (const unsigned char *)PyBytes_AS_STRING(it.second), 8);
+			if (PyDict_GET_SIZE(it.attrs)) {
 				lit(b, ",\"attributes\":");
-				jattributes(b, attrs, dumps);
+				jattributes(b, it.attrs, dumps);
 			}
 			lit(b, ",\"flags\":768}");
 		}
-		Py_XDECREF(trace);
-		Py_XDECREF(span);
-		Py_XDECREF(attrs);
+		item_done(&it);
 	}
 	byte(b, ']');
 }
