@@ -6,7 +6,8 @@ content chunks the client saw), so a test can hold the agent's spans against it.
     python -m tests.integration.peers.vllm_client BASE_URL MODEL CALL [CALL...]
 
 A CALL is `json`, `stream`, `stream-usage` or `concurrent-N` (N streams with usage, all
-started together on one event loop, so vLLM batches them).
+started together on one event loop, so vLLM batches them), all chat completions, or
+`text-stream` (a legacy text completion, streamed with usage).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 import openai
 
 MESSAGES = [{"role": "user", "content": "Say hello from the kernel"}]
+PROMPT = "The agent reads every socket"
 # min_tokens keeps the random weights from ending on the stop token at once (a stream of
 # one chunk has no time per token); the stop token may still end it before max_tokens
 SAMPLING = {"max_tokens": 16, "temperature": 0.8, "extra_body": {"min_tokens": 4}}
@@ -46,6 +48,22 @@ async def _stream(client: openai.AsyncOpenAI, model: str, kind: str, usage: bool
     _emit(kind, t0, id=ident, chunks=chunks, finish_reason=finish, usage=reported)
 
 
+async def _text_stream(client: openai.AsyncOpenAI, model: str) -> None:
+    t0 = time.time_ns()
+    stream = await client.completions.create(model=model, prompt=PROMPT, stream=True,
+                                             stream_options={"include_usage": True},
+                                             **SAMPLING)
+    chunks, finish, ident, reported = 0, None, None, None
+    async for chunk in stream:
+        ident = chunk.id
+        if chunk.usage is not None:
+            reported = chunk.usage.model_dump(include={"prompt_tokens", "completion_tokens"})
+        for choice in chunk.choices:
+            chunks += bool(choice.text)
+            finish = choice.finish_reason or finish
+    _emit("text-stream", t0, id=ident, chunks=chunks, finish_reason=finish, usage=reported)
+
+
 async def _json(client: openai.AsyncOpenAI, model: str) -> None:
     t0 = time.time_ns()
     reply = await client.chat.completions.create(model=model, messages=MESSAGES, **SAMPLING)
@@ -61,6 +79,8 @@ async def run(base_url: str, model: str, calls: list[str]) -> None:
                 await _json(client, model)
             elif call in ("stream", "stream-usage"):
                 await _stream(client, model, call, usage=call == "stream-usage")
+            elif call == "text-stream":
+                await _text_stream(client, model)
             elif call.startswith("concurrent-"):
                 n = int(call.partition("-")[2])
                 if not 1 <= n <= MAX_CONCURRENT:
