@@ -26,11 +26,11 @@ SERVER, CLIENT = 2, 3
 CONCURRENT = 4
 STREAM_CALLS = ["stream", "stream-usage", "text-stream", f"concurrent-{CONCURRENT}"]
 SECRET = "sk-test-SECRET-never-exported"
-# vLLM measures from the request's arrival in its engine to its first token leaving the
-# detokenizer; the agent from the request's last byte read to the first content chunk
-# written, which adds the HTTP handling, the chat template and tokenizing, and the SSE
-# write around vLLM's interval. A loose factor either way: both clocks see the same
-# requests, but their intervals differ and a loaded machine stretches the outer one most.
+# vLLM measures from when its renderer has the request (body read and parsed) to when its
+# output loop has the first token; the agent from the request's last byte read to the
+# first content chunk written, which adds the request's parsing and the SSE write around
+# vLLM's interval. A loose factor either way on the means: both see the same requests,
+# but their intervals differ and a loaded machine stretches the outer one most.
 TTFT_FACTOR = 5.0
 
 

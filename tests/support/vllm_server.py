@@ -155,27 +155,32 @@ class VllmServer:
 
     def histogram(self, name: str) -> Histogram:
         """vLLM's own histogram `name` (e.g. vllm:time_to_first_token_seconds) as its
-        /metrics shows it now, summed over its label sets (one engine, one model here)."""
-        from prometheus_client.parser import text_string_to_metric_families
-
+        /metrics shows it now."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics",
                                     timeout=10) as resp:
-            text = resp.read().decode()
-        found = Histogram(0.0, 0, {})
-        family = name.removeprefix("vllm:")
-        for metric in text_string_to_metric_families(text):
-            if metric.type != "histogram" or metric.name.removeprefix("vllm:") != family:
-                continue
-            for sample in metric.samples:
-                if sample.name.endswith("_sum"):
-                    found.sum += sample.value
-                elif sample.name.endswith("_count"):
-                    found.count += int(sample.value)
-                elif sample.name.endswith("_bucket"):
-                    le = float(sample.labels["le"])
-                    found.buckets[le] = found.buckets.get(le, 0) + int(sample.value)
-            return found
-        raise KeyError(f"no histogram {name} in vLLM's /metrics")
+            return parse_histogram(resp.read().decode(), name)
+
+
+def parse_histogram(text: str, name: str) -> Histogram:
+    """Histogram `name` from Prometheus text, summed over its label sets (one engine and
+    one model here)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found = Histogram(0.0, 0, {})
+    family = name.removeprefix("vllm:")
+    for metric in text_string_to_metric_families(text):
+        if metric.type != "histogram" or metric.name.removeprefix("vllm:") != family:
+            continue
+        for sample in metric.samples:
+            if sample.name.endswith("_sum"):
+                found.sum += sample.value
+            elif sample.name.endswith("_count"):
+                found.count += int(sample.value)
+            elif sample.name.endswith("_bucket"):
+                le = float(sample.labels["le"])
+                found.buckets[le] = found.buckets.get(le, 0) + int(sample.value)
+        return found
+    raise KeyError(f"no histogram {name} in the metrics")
 
 
 def _serving(port: int) -> bool:
