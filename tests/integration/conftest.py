@@ -49,6 +49,15 @@ def require_kernel() -> None:
         pytest.skip(msg)
 
 
+def require_peer(reason: str | None) -> None:
+    """Skip (or, under OTEL_EBPF_REQUIRE_BPF=1, fail: CI installs every peer with
+    `make test`) when a peer's support module says why it cannot run here."""
+    if reason:
+        if REQUIRE_BPF:
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
 def wait_port(port: int, proc: subprocess.Popen, log: Path, timeout_s: float = 20.0) -> None:
     """Wait until `proc` listens on `port`; fail with its output when it dies first."""
     deadline = time.monotonic() + timeout_s

@@ -7,7 +7,7 @@ import pytest
 
 from tests.support.chroma_peer import chroma_server, run_client, unavailable_reason
 
-from .conftest import REQUIRE_BPF
+from .conftest import require_peer
 
 pytestmark = pytest.mark.kernel
 
@@ -16,11 +16,7 @@ SERVER, CLIENT = 2, 3
 
 @pytest.fixture
 def chroma(tmp_path):
-    reason = unavailable_reason()
-    if reason:
-        if REQUIRE_BPF:  # CI installs it (make test): missing there is a failure
-            pytest.fail(reason)
-        pytest.skip(reason)
+    require_peer(unavailable_reason())
     with chroma_server(tmp_path) as server:
         yield server
 

@@ -17,7 +17,7 @@ import pytest
 
 from tests.support.vllm_server import MODEL_NAME, unavailable_reason, vllm_server
 
-from .conftest import REPO, REQUIRE_BPF, Span, read_histograms
+from .conftest import REPO, Span, read_histograms, require_peer
 
 # the module's one vLLM start (a minute or more) is set up inside the first test
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(900)]
@@ -36,11 +36,7 @@ TTFT_FACTOR = 5.0
 
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory):
-    reason = unavailable_reason()
-    if reason:
-        if REQUIRE_BPF:  # CI installs it (make test): missing there is a failure
-            pytest.fail(reason)
-        pytest.skip(reason)
+    require_peer(unavailable_reason())
     with vllm_server(tmp_path_factory.mktemp("vllm"),
                      env={"OTEL_SERVICE_NAME": "vllm-engine"}) as server:
         yield server

@@ -15,7 +15,7 @@ so every token decodes to whole characters and each streamed chunk carries text.
 Server:  ``with vllm_server(tmp_path) as srv: srv.base_url``; its output is kept in
 ``srv.log``. The server's start (engine, model, KV cache) takes about a minute on an idle
 machine with two cores; the wait for /v1/models is bounded by START_TIMEOUT_S.
-Manual use:  ``.venv-vllm/bin/python -m tests.support.vllm_server serve [--port N]``.
+The model folder alone:  ``.venv-vllm/bin/python -m tests.support.vllm_server model DIR``.
 """
 
 from __future__ import annotations
@@ -262,21 +262,11 @@ def stop(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="vLLM test peer")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    model = sub.add_parser("model", help="write the tiny model's config and tokenizer")
-    model.add_argument("folder", type=Path)
-    serve = sub.add_parser("serve", help="start vLLM on the tiny model until interrupted")
-    serve.add_argument("--port", type=int, default=0)
-    serve.add_argument("--seconds", type=float, default=600.0)
+    parser = argparse.ArgumentParser(description="write the tiny model vLLM serves in tests")
+    parser.add_argument("cmd", choices=["model"])
+    parser.add_argument("folder", type=Path, help="where config.json and the tokenizer go")
     args = parser.parse_args(argv)
-    if args.cmd == "model":
-        build_tiny_model(args.folder)
-        return
-    with vllm_server(port=args.port or None) as srv:
-        print(f"vLLM serving {srv.model} on {srv.base_url} (log {srv.log})", flush=True)
-        with contextlib.suppress(KeyboardInterrupt, subprocess.TimeoutExpired):
-            srv.proc.wait(args.seconds)
+    build_tiny_model(args.folder)
 
 
 if __name__ == "__main__":

@@ -32,20 +32,25 @@ def _emit(kind: str, t0: int, **extra) -> None:
     print(json.dumps({"kind": kind, "t0": t0, "t1": time.time_ns(), **extra}), flush=True)
 
 
-async def _stream(client: openai.AsyncOpenAI, model: str, kind: str, usage: bool) -> None:
-    t0 = time.time_ns()
-    options = {"stream_options": {"include_usage": True}} if usage else {}
-    stream = await client.chat.completions.create(model=model, messages=MESSAGES,
-                                                  stream=True, **SAMPLING, **options)
+async def _consume(kind: str, t0: int, stream, text) -> None:
+    """Read a stream to its end; `text(choice)` is a choice's new text (chat or legacy)."""
     chunks, finish, ident, reported = 0, None, None, None
     async for chunk in stream:
         ident = chunk.id
         if chunk.usage is not None:
             reported = chunk.usage.model_dump(include={"prompt_tokens", "completion_tokens"})
         for choice in chunk.choices:
-            chunks += bool(choice.delta.content)
+            chunks += bool(text(choice))
             finish = choice.finish_reason or finish
     _emit(kind, t0, id=ident, chunks=chunks, finish_reason=finish, usage=reported)
+
+
+async def _stream(client: openai.AsyncOpenAI, model: str, kind: str, usage: bool) -> None:
+    t0 = time.time_ns()
+    options = {"stream_options": {"include_usage": True}} if usage else {}
+    stream = await client.chat.completions.create(model=model, messages=MESSAGES,
+                                                  stream=True, **SAMPLING, **options)
+    await _consume(kind, t0, stream, lambda choice: choice.delta.content)
 
 
 async def _text_stream(client: openai.AsyncOpenAI, model: str) -> None:
@@ -53,15 +58,7 @@ async def _text_stream(client: openai.AsyncOpenAI, model: str) -> None:
     stream = await client.completions.create(model=model, prompt=PROMPT, stream=True,
                                              stream_options={"include_usage": True},
                                              **SAMPLING)
-    chunks, finish, ident, reported = 0, None, None, None
-    async for chunk in stream:
-        ident = chunk.id
-        if chunk.usage is not None:
-            reported = chunk.usage.model_dump(include={"prompt_tokens", "completion_tokens"})
-        for choice in chunk.choices:
-            chunks += bool(choice.text)
-            finish = choice.finish_reason or finish
-    _emit("text-stream", t0, id=ident, chunks=chunks, finish_reason=finish, usage=reported)
+    await _consume("text-stream", t0, stream, lambda choice: choice.text)
 
 
 async def _json(client: openai.AsyncOpenAI, model: str) -> None:
