@@ -19,7 +19,8 @@ from tests.support.vllm_server import MODEL_NAME, unavailable_reason, vllm_serve
 
 from .conftest import REPO, Span, read_histograms, require_peer
 
-# the module's one vLLM start (a minute or more) is set up inside the first test
+# the module's one vLLM start (20 s idle, minutes on a loaded machine) is set up inside
+# the first test, under its timeout
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(900)]
 
 SERVER, CLIENT = 2, 3

