@@ -121,15 +121,6 @@ def derived_ids(key: WireKey) -> tuple[bytes, bytes]:
     return digest[:16], digest[16:24]
 
 
-def wire_key(conn: ConnInfo, frame: Frame) -> WireKey | None:
-    if frame.tcp_seq is None or not conn.remote_port:
-        return None
-    if conn.role == Role.SERVER:
-        return (conn.remote_addr, conn.remote_port, conn.local_addr, conn.local_port,
-                frame.tcp_seq)
-    return (conn.local_addr, conn.local_port, conn.remote_addr, conn.remote_port, frame.tcp_seq)
-
-
 class Correlator:
     """Feed it frames as they complete (`on_frames`) and spans as they end (`on_spans`);
     it returns spans with trace, span and parent IDs once they are known."""
@@ -191,7 +182,9 @@ class Correlator:
             return
         conn_key = (conn.pid, conn.fd, conn.generation)
         seq = frame.tcp_seq
-        if seq is None or not conn.remote_port:  # wire_key, inline
+        # the wire identity both ends compute: client address and port, server address and
+        # port, TCP sequence number of the request's first byte (None: not known)
+        if seq is None or not conn.remote_port:
             key = None
         elif role == Role.SERVER:
             key = (conn.remote_addr, conn.remote_port, conn.local_addr, conn.local_port, seq)

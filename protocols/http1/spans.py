@@ -49,7 +49,7 @@ def to_spans(record: HTTPRecord, conn: ConnInfo, capture_headers: bool = False) 
         if path:
             attrs["url.path"] = path
         if mark:
-            attrs["url.query"] = _redacted(query)
+            attrs["url.query"] = redact_query(query)
     else:
         path = mark = query = ""
         _url(target, attrs, scheme)
@@ -62,7 +62,7 @@ def to_spans(record: HTTPRecord, conn: ConnInfo, capture_headers: bool = False) 
             attrs["server.port"] = conn.remote_port
         if target.startswith("/"):  # _full_url's origin-form case
             authority = request.host or _authority(conn)
-            full = f"{scheme}://{authority}{path}{mark}{_redacted(query) if mark else ''}"
+            full = f"{scheme}://{authority}{path}{mark}{redact_query(query) if mark else ''}"
         else:
             full = _full_url(request, conn)
         if full:
@@ -171,10 +171,6 @@ def _url(target: str, attrs: Attributes, conn_scheme: str = "http") -> None:
 
 
 @functools.lru_cache(maxsize=1024)  # queries repeat (a poller's, a health check's)
-def _redacted(query: str) -> str:
-    return redact_query(query)
-
-
 def redact_query(query: str) -> str:
     """Replace the values of sensitive query parameters by REDACTED (semconv url.query)."""
     params = query.split("&")
@@ -209,16 +205,6 @@ def _server_side(request: HTTPRequest, conn: ConnInfo, attrs: Attributes) -> Non
         attrs["client.port"] = conn.remote_port
 
 
-def _client_side(request: HTTPRequest, conn: ConnInfo, attrs: Attributes) -> None:
-    host, _ = _host_port(request.host)
-    attrs["server.address"] = host or conn.remote_addr
-    if conn.remote_port:
-        attrs["server.port"] = conn.remote_port
-    full = _full_url(request, conn)
-    if full:
-        attrs["url.full"] = full
-
-
 def _full_url(request: HTTPRequest, conn: ConnInfo) -> str:
     target = request.target
     if "://" in target and not target.startswith("/"):
@@ -239,9 +225,6 @@ def _authority(conn: ConnInfo) -> str:
     host = f"[{conn.remote_addr}]" if ":" in conn.remote_addr else conn.remote_addr
     default = _DEFAULT_PORTS[scheme_of(conn)]
     return host if conn.remote_port in (0, default) else f"{host}:{conn.remote_port}"
-
-
-_SIDES = {SpanKind.SERVER: _server_side, SpanKind.CLIENT: _client_side}
 
 
 def _message(request: HTTPRequest, response: HTTPResponse | None, attrs: Attributes) -> None:
