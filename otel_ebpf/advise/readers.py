@@ -18,11 +18,10 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.profiles.v1development import profiles_pb2
 
 from otel_ebpf.export.pprof import PprofProfile
-from otel_ebpf.profiling.frames import CUDA, KERNEL, NATIVE, PYTHON, Frame
+from otel_ebpf.profiling.frames import CUDA, CUDA_MODULE, KERNEL, NATIVE, PYTHON, Frame
 
 from .model import FOLDED_KINDS, Evidence, Point, Profile, Sample, Span
 
-CUDA_MODULE = "[cuda kernel]"  # the GPU monitor's leaf frame of a launch
 PPROF_SUFFIXES = (".pb.gz", ".pprof", ".pb", ".pprof.gz")
 JSON_SUFFIXES = (".json", ".jsonl", ".ndjson")
 MAX_LINE = 256 << 20  # a JSON line longer than this is not the agent's

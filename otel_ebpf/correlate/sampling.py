@@ -57,10 +57,10 @@ class HeadSampler:
 
     def keep(self, spans: list[NeutralSpan]) -> list[NeutralSpan]:
         """The spans of kept traces, each with the `ot=th:` tracestate of this ratio."""
-        t = self.threshold
-        if t == 0:
+        if self.threshold == 0:
             return spans
-        kept = [s for s in spans if int.from_bytes(s.trace_id[-7:], "big") >= t]
+        keeps = self.keeps
+        kept = [s for s in spans if keeps(s.trace_id)]
         for span in kept:
             span.trace_state = self.trace_state
         return kept

@@ -32,7 +32,7 @@ from otel_ebpf.kernel.cuda_abi import Api, GpuAlloc, GpuInit, GpuName
 from otel_ebpf.kernel.cuda_tracer import CudaTracer, copy_totals, launch_totals
 from otel_ebpf.kernel.libbpf import LibbpfLog
 from otel_ebpf.profiling.demangle import demangle
-from otel_ebpf.profiling.frames import CUDA, PYTHON, Frame, merge
+from otel_ebpf.profiling.frames import CUDA, CUDA_MODULE, PYTHON, Frame, merge
 from otel_ebpf.profiling.python_procs import Interpreter
 from otel_ebpf.profiling.symbolizer import Symbolizer
 from otel_ebpf.profiling.unwinder import Unwinder, UnwindTables
@@ -44,7 +44,6 @@ log = logging.getLogger(__name__)
 
 MAX_SITES = 200_000  # named allocation sites kept (by process and raw stack)
 MAX_NAMES = 200_000  # kernel handles named (by process)
-CUDA_MODULE = "[cuda kernel]"  # the module of a launch profile's leaf frame: the kernel
 TOP_SITES = 3  # allocation sites logged per process when its memory changes
 
 
@@ -135,16 +134,7 @@ class GpuMonitor:
         while their process lives: one that exits before the interval's export (a short
         launch-bound job) would keep its counts and lose its Python names."""
         for t in self.tracer.sites():
-            if not t.py:
-                continue
-            key = (t.pid, Site(t.stack, t.py))
-            if key in self._python:
-                continue
-            if len(self._python) >= MAX_SITES:
-                self._python.clear()
-            groups = self.symbolizer.python(t.pid, t.py)
-            if groups is not None:
-                self._python[key] = groups
+            self._name_python(t.pid, t.stack, t.py)
 
     def _unwind(self, pid: int) -> None:
         """Unwind tables for a process that uses CUDA (built in the background; until
@@ -200,6 +190,7 @@ class GpuMonitor:
         events = self.tracer.poll(timeout_ms)
         if not events:
             return 0
+        not_counted = 0  # cuInit and name lookups are not memory events
         for ev in events:
             if ev.pid not in self._first_seen:
                 self._first_seen[ev.pid] = time.time_ns()
@@ -207,17 +198,18 @@ class GpuMonitor:
                 self.symbolizer.process(ev.pid)  # its interpreter, from now on
                 self._unwind(ev.pid)
             if type(ev) is GpuAlloc:
-                self._name_site(ev)
+                self._name_python(ev.pid, ev.stack, ev.py)
             elif type(ev) is GpuName:
                 self._kernel_found(ev)
+                not_counted += 1
             elif type(ev) is GpuInit:
                 log.debug("pid %d called cuInit", ev.pid)
+                not_counted += 1
         with self._ledger_lock:
             before = self.ledger.unmatched_frees
             self.ledger.apply(events)
             unmatched = self.ledger.unmatched_frees
-        self._stats.add("gpu.events", sum(1 for ev in events
-                                          if type(ev) is not GpuInit and type(ev) is not GpuName))
+        self._stats.add("gpu.events", len(events) - not_counted)
         if unmatched != before:
             self._stats.add("gpu.frees.unmatched", unmatched - before)
         return len(events)
@@ -242,16 +234,18 @@ class GpuMonitor:
                 names[(pid, func)] = name
         return names
 
-    def _name_site(self, ev: GpuAlloc) -> None:
-        """Python frames are named now, while the code objects the kernel saw surely exist
-        (a cheap read of the process's memory); native frames at export, since naming them
-        means reading symbol tables of large libraries (libtorch_cuda) once."""
-        key = (ev.pid, Site(ev.stack, ev.py))
-        if key in self._python or not ev.py:
+    def _name_python(self, pid: int, stack: tuple[int, ...], py: tuple[int, ...]) -> None:
+        """A site's Python frames, named now, while the code objects the kernel saw surely
+        exist (a cheap read of the process's memory); native frames at export, since naming
+        them means reading symbol tables of large libraries (libtorch_cuda) once."""
+        if not py:
+            return
+        key = (pid, Site(stack, py))
+        if key in self._python:
             return
         if len(self._python) >= MAX_SITES:
             self._python.clear()
-        groups = self.symbolizer.python(ev.pid, ev.py)
+        groups = self.symbolizer.python(pid, py)
         if groups is not None:
             self._python[key] = groups
 

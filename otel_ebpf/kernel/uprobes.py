@@ -12,12 +12,13 @@ from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
 
+from otel_ebpf.profiling.elf import FUNC_TYPES, raw_symbols
+
 from .loader import BPFError, BPFObject
 
 log = logging.getLogger(__name__)
 
 
-_STT_FUNC, _STT_GNU_IFUNC = 2, 10
 _VERSYM_HIDDEN = 0x8000
 
 
@@ -69,23 +70,17 @@ def _functions(elf: ELFFile, symbols: bytes, strings: bytes, versym: bytes | Non
     if not by_offset:
         return {}
     endian = "<" if elf.little_endian else ">"
-    if elf.elfclass == 64:  # st_name, st_info, st_other, st_shndx, st_value, st_size
-        entry, fields = struct.Struct(endian + "IBBHQQ"), (0, 1, 4)
-    else:  # st_name, st_value, st_size, st_info, st_other, st_shndx
-        entry, fields = struct.Struct(endian + "IIIBBH"), (0, 3, 1)
-    i_name, i_info, i_value = fields
+    size = 24 if elf.elfclass == 64 else 16  # Elf64_Sym, Elf32_Sym
     found: dict[str, int] = {}
-    whole = len(symbols) // entry.size * entry.size
-    for index, sym in enumerate(entry.iter_unpack(symbols[:whole])):
-        name = by_offset.get(sym[i_name])
-        if name is None or name in found or not sym[i_value]:
-            continue
-        if sym[i_info] & 0xF not in (_STT_FUNC, _STT_GNU_IFUNC):
+    whole = symbols[: len(symbols) // size * size]
+    for index, (name_at, info, value, _) in enumerate(raw_symbols(elf, whole)):
+        name = by_offset.get(name_at)
+        if name is None or name in found or not value or info & 0xF not in FUNC_TYPES:
             continue
         if versym is not None and struct.unpack_from(endian + "H", versym, 2 * index)[0] \
                 & _VERSYM_HIDDEN:
             continue
-        found[name] = sym[i_value]
+        found[name] = value
     return found
 
 

@@ -44,11 +44,11 @@ class ElfInfo:
                     continue
                 self._strtabs.append(elf.get_section(sec["sh_link"]).data())
                 table = len(self._strtabs) - 1
-                for name_at, info, value, size in _raw_symbols(elf, sec.data()):
+                for name_at, info, value, size in raw_symbols(elf, sec.data()):
                     if not value or not name_at:
                         continue
                     kind = info & 0xF
-                    if kind in _FUNC_TYPES:
+                    if kind in FUNC_TYPES:
                         funcs[value] = (size, table, name_at)
                     elif kind in _OBJECT_TYPES:
                         objects[value] = (size, table, name_at)
@@ -101,11 +101,11 @@ class ElfInfo:
 
 
 # st_info's low nibble: STT_FUNC, STT_GNU_IFUNC; STT_OBJECT, STT_TLS
-_FUNC_TYPES = (2, 10)
+FUNC_TYPES = (2, 10)
 _OBJECT_TYPES = (1, 6)
 
 
-def _raw_symbols(elf: ELFFile, data: bytes):
+def raw_symbols(elf: ELFFile, data: bytes):
     """(name offset, st_info, st_value, st_size) of each Elf32/64_Sym, unpacked in C: a
     library like libtorch_cuda has millions of symbols, which pyelftools' symbol objects
     took minutes to go through."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 KERNEL, NATIVE, PYTHON = "kernel", "native", "python"
 CUDA = "cuda"  # a GPU kernel, at the leaf of a launch profile's stack
+CUDA_MODULE = "[cuda kernel]"  # the module such a frame is written with (read back by advise)
 MARKER = "marker"  # a frame the profiler adds: no code of the program's
 EVAL_FUNCTION = "_PyEval_EvalFrameDefault"
 
