@@ -280,8 +280,11 @@ def _invoke_chunk(doc: dict[str, Any], info: ResponseInfo) -> bool:
         return False
     if not isinstance(inner, dict):
         return False
-    content = _anthropic_event(inner, info) if isinstance(inner.get("type"), str) else False
-    return invoke_object(inner, info) or content
+    if isinstance(inner.get("type"), str):  # Anthropic's typed event: the only other field
+        content = _anthropic_event(inner, info)  # read is Bedrock's metrics, on the last one
+        bedrock_usage(inner.get("amazon-bedrock-invocationMetrics"), info)
+        return content
+    return invoke_object(inner, info)
 
 
 def read_eventstream(frames: Frames, route: Route, info: ResponseInfo) -> None:

@@ -137,7 +137,7 @@ def read_body(body: Body | None, content_type: str) -> Read:
     if not body.complete:  # a JSON document cut by uncaptured bytes cannot be read
         read.unread += 1
         return read
-    data = b"".join(piece.data for piece in body.pieces)
+    data = body.contiguous()  # all of it: the body is complete
     if data.strip():
         _json(data, body.pieces[-1].ns, read)
     return read

@@ -25,7 +25,6 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import tempfile
 import time
@@ -36,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.ports import free_port
+from tests.support.processes import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL_NAME = "tiny-llama"
@@ -245,20 +245,8 @@ def vllm_server(workdir: Path | None = None, port: int | None = None,
             time.sleep(0.5)
         yield VllmServer(port, proc, log, model_dir)
     finally:
-        stop(proc)
-
-
-def stop(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
-    """SIGTERM to the server's process group (the API server and its engine-core child,
-    which would outlive a kill of the parent alone), a bounded wait, then SIGKILL."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(grace_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        # the API server and its engine-core child, which would outlive the parent alone
+        stop_process(proc, 30.0, group=True)
 
 
 def main(argv: list[str] | None = None) -> None:
