@@ -7,6 +7,7 @@ compared with the committed manifest."""
 from __future__ import annotations
 
 import configparser
+import hashlib
 import re
 import shutil
 import subprocess
@@ -109,6 +110,18 @@ def test_chart_renders_the_committed_manifest():
                           "otel-ebpf"], capture_output=True, text=True, timeout=60,
                          check=True).stdout
     assert _docs(out) == _docs(MANIFEST.read_text())
+
+
+def test_a_changed_config_rolls_the_pods(manifest):
+    """The pod template carries the ConfigMap's hash (as helm's sha256sum of the rendered
+    template), so `kubectl apply` or `helm upgrade` with a new config restarts the agents."""
+    docs = MANIFEST.read_text().split("\n---\n")
+    config_doc = next(d for d in docs if d.startswith("# Source: otel-ebpf/templates/configmap.yaml"))
+    rendered = config_doc.split("\n", 1)[1].rstrip("\n") + "\n"
+    pod = manifest[("DaemonSet", "otel-ebpf")]["spec"]["template"]["metadata"]
+    assert pod["annotations"]["checksum/config"] == hashlib.sha256(rendered.encode()).hexdigest()
+    template = (CHART / "templates" / "daemonset.yaml").read_text()
+    assert '"/configmap.yaml") . | sha256sum' in template
 
 
 @pytest.mark.parametrize("template", sorted(p.name for p in (CHART / "templates").glob("*.yaml")))
