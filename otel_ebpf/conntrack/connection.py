@@ -43,7 +43,7 @@ class FrameStart(NamedTuple):
 class Connection:
     __slots__ = (
         "info", "parser", "state", "streams", "frame_start", "resync", "pending",
-        "infer_attempts", "unparsed", "last_ns", "tcp", "frames_out", "muted",
+        "infer_attempts", "unparsed", "last_ns", "tcp", "frames_out", "muted", "whole",
     )
     # (streams, frame_start, resync, pending, infer_attempts, unparsed: see _start_parsing)
 
@@ -63,6 +63,7 @@ class Connection:
         starts (what came before was the handshake's ciphertext)."""
         self.parser: ProtocolParser | None = None
         self.state: ParserState | None = None
+        self.whole = None  # the parser's one step for a whole syscall, when it has one
         self.streams = (Stream(), Stream())
         self.frame_start: list[FrameStart | None] = [None, None]
         self.resync = [False, False]  # bytes were lost: find a frame boundary first
@@ -78,6 +79,9 @@ class Connection:
         self.parser = parser
         self.state = parser.new_state(self.info)
         self.state.time_at = self._time_at
+        # optional (HTTP/1 has it): a syscall that is one whole plain message, framed and
+        # timed in one call; None from it means the general path
+        self.whole = getattr(parser, "whole", None)
 
     def _time_at(self, direction: Direction, offset: int) -> int:
         """Kernel time of the byte `offset` bytes into what `parse` is being shown."""
@@ -130,6 +134,19 @@ class Connection:
               and not stream.buf and not stream.queue and not stream.times
               and not self.resync[direction] and self.frame_start[direction] is None
               and not self.pending[direction]):
+            whole = self.whole
+            if whole is not None:
+                frame = whole(direction, payload, self.state, pos, start_ns, end_ns, seq, tid,
+                              task)
+                if frame is not None:  # what _whole leaves for such a frame
+                    if end > stream.known_end:
+                        stream.known_end = end
+                    stream.last_end_ns = end_ns
+                    stream.head = end
+                    self.state.frames[direction].append(frame)  # type: ignore[union-attr]
+                    if self.frames_out is not None:
+                        self.frames_out.append((self.info, frame))
+                    return
             # a Chunk of every field, without its __new__'s Python frame
             self._whole(direction, _tuple_new(Chunk, (pos, end, payload, start_ns, end_ns, seq,
                                                       tid, task)), stats)

@@ -58,6 +58,9 @@ class HTTP1Parser(ProtocolParser):
     ) -> tuple[ParseResult, Frame | None, int]:
         return _parse.parse(direction, buf, state, self.capture_headers)
 
+    # the tracker's one step for a whole syscall that is one plain message (or None)
+    whole = staticmethod(_parse.whole)
+
     def resync(self, direction: Direction, buf: memoryview, state: HTTP1State) -> int | None:
         return _parse.resync(direction, buf, state)
 
