@@ -600,6 +600,11 @@ def whole(direction: Direction, data: bytes, state: HTTP1State, pos: int, start_
         end, body_size)
 
 
+if _fast.http1 is not None:  # the compiled whole() builds with the same pieces
+    _fast.http1.setup(_whole_request, _whole_response, Sent, _UNKNOWN_REQUEST, first_wanting,
+                      SENT_LIMIT)
+
+
 # --- bodies ------------------------------------------------------------------------------
 
 
