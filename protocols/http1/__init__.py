@@ -66,7 +66,7 @@ class HTTP1Parser(ProtocolParser):
         it: the general path): in C when compiled, and none on the pure Python path, whose
         heads llhttp reads. parse.whole is the reference of the compiled one."""
         fast = _fast.http1
-        return None if fast is None or self.capture_headers else fast.whole
+        return None if fast is None or self.capture_headers else _parse.compiled_whole(fast)
 
     def resync(self, direction: Direction, buf: memoryview, state: HTTP1State) -> int | None:
         return _parse.resync(direction, buf, state)

@@ -600,9 +600,18 @@ def whole(direction: Direction, data: bytes, state: HTTP1State, pos: int, start_
         end, body_size)
 
 
-if _fast.http1 is not None:  # the compiled whole() builds with the same pieces
-    _fast.http1.setup(_whole_request, _whole_response, Sent, _UNKNOWN_REQUEST, first_wanting,
-                      SENT_LIMIT)
+_compiled_ready = None  # the compiled module whose whole() was given its pieces
+
+
+def compiled_whole(fast):  # noqa: ANN001, ANN201 (the extension module and its function)
+    """`fast.whole` (otel_ebpf/_fast/http1.c), once it was given what it builds with: the
+    same makers, Sent and first_wanting as whole() above."""
+    global _compiled_ready
+    if _compiled_ready is not fast:
+        fast.setup(_whole_request, _whole_response, Sent, _UNKNOWN_REQUEST, first_wanting,
+                   SENT_LIMIT)
+        _compiled_ready = fast
+    return fast.whole
 
 
 # --- bodies ------------------------------------------------------------------------------

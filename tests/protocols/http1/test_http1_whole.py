@@ -61,7 +61,7 @@ def _compare(parser, role: Role, direction: Direction, data: bytes, primes: list
         for prime in primes:  # requests seen before, on the other direction
             parser.parse(direction.opposite, memoryview(prime), state)
     before = _state_view(states[0])
-    compiled = _fast.http1.whole(direction, data, states[0], *stamp)
+    compiled = http1_parse.compiled_whole(_fast.http1)(direction, data, states[0], *stamp)
     reference = http1_parse.whole(direction, data, states[1], *stamp)
     general = _general(parser, direction, data, states[2], stamp)
     if reference is None:
