@@ -17,6 +17,8 @@ setup(
                   depends=["bpf/include/abi.h"], extra_compile_args=FAST_FLAGS),
         Extension("otel_ebpf._fast.http1", ["otel_ebpf/_fast/http1.c"],
                   extra_compile_args=FAST_FLAGS),
+        Extension("otel_ebpf._fast.conn", ["otel_ebpf/_fast/conn.c"],
+                  depends=["otel_ebpf/_fast/slots.h"], extra_compile_args=FAST_FLAGS),
         Extension("otel_ebpf._fast.otlp", ["otel_ebpf/_fast/otlp.c"],
                   extra_compile_args=FAST_FLAGS),
     ],

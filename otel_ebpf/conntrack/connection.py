@@ -18,6 +18,7 @@ from otel_ebpf.protocols.base import (
     Role,
     SmallDeque,
 )
+from otel_ebpf import _fast
 from otel_ebpf.protocols.registry import Registry
 from otel_ebpf.telemetry import Stats
 
@@ -28,6 +29,22 @@ INFER_ATTEMPTS = 16  # data events per connection offered to inference before gi
 FOREVER_NS = 2**63 - 1
 MAX_PARSE_STEPS = 10_000  # per feed: a parser that never advances cannot hang the agent
 RESYNC_TAIL = 16  # bytes kept when resync finds nothing: a message start may be cut there
+
+
+_compiled_ready = None  # the compiled module given the Chunk type
+
+
+def compiled_data():  # noqa: ANN201 (otel_ebpf/_fast/conn.c data, or None)
+    """The compiled step for a connection's usual data event (otel_ebpf/_fast/conn.c data:
+    on_data's whole-syscall case, this file the reference), or None on the pure Python path."""
+    global _compiled_ready
+    fast = _fast.conn
+    if fast is None:
+        return None
+    if _compiled_ready is not fast:
+        fast.setup(Connection, Stream, ConnInfo, ParserState, Chunk)
+        _compiled_ready = fast
+    return fast.data
 
 
 class FrameStart(NamedTuple):

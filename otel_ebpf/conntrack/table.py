@@ -10,7 +10,7 @@ from otel_ebpf.protocols.base import ConnInfo, Direction, Frame, NeutralSpan, Ro
 from otel_ebpf.protocols.registry import Registry
 from otel_ebpf.telemetry import Stats
 
-from .connection import Connection
+from .connection import Connection, compiled_data
 
 Key = tuple[int, int, int]
 LAST_READ_THREADS = 16384
@@ -63,6 +63,8 @@ class ConnTable:
         # reused once it dies, so a birth must not be seen before an earlier frame.
         self.observed: list[tuple[ConnInfo, Frame] | tuple[abi.TaskNew, LastRead | None]] = []
         self.last_read: OrderedDict[int, LastRead] = OrderedDict()  # by thread id
+        # the usual data event in one compiled call (False from it: on_data takes it)
+        self.fast_data = compiled_data()
 
     def __len__(self) -> int:
         return len(self.conns)
@@ -73,7 +75,7 @@ class ConnTable:
         stats = self.stats
         payload_bytes = 0  # counted once per batch: Stats.add takes a lock
         registry, conns, touched = self.registry, self.conns, self.touched
-        last_read = self.last_read
+        last_read, fast_data = self.last_read, self.fast_data
         for ev in events:
             if type(ev) is abi.DataEvent:
                 (key, tid, enter_ns, exit_ns, direction, pos, msg_len, tcp_seq, payload, peer,
@@ -84,8 +86,11 @@ class ConnTable:
                 else:
                     conns.move_to_end(key)
                 payload_bytes += len(payload) + len(tail)
-                conn.on_data(direction, pos, msg_len, payload, enter_ns, exit_ns, tcp_seq,
-                             registry, stats, tid, task, tail, tls, peer)
+                if fast_data is None or peer is not None or not fast_data(
+                        conn, direction, pos, msg_len, payload, enter_ns, exit_ns, tcp_seq, tid,
+                        task, tail, tls, stats):
+                    conn.on_data(direction, pos, msg_len, payload, enter_ns, exit_ns, tcp_seq,
+                                 registry, stats, tid, task, tail, tls, peer)
                 touched.add(key)
                 if conn.unparsed and not conn.muted:
                     conn.muted = True
