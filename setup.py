@@ -16,7 +16,7 @@ setup(
                   include_dirs=["bpf/include"], libraries=["bpf"],
                   depends=["bpf/include/abi.h"], extra_compile_args=FAST_FLAGS),
         Extension("otel_ebpf._fast.http1", ["otel_ebpf/_fast/http1.c"],
-                  extra_compile_args=FAST_FLAGS),
+                  depends=["otel_ebpf/_fast/slots.h"], extra_compile_args=FAST_FLAGS),
         Extension("otel_ebpf._fast.conn", ["otel_ebpf/_fast/conn.c"],
                   depends=["otel_ebpf/_fast/slots.h"], extra_compile_args=FAST_FLAGS),
         Extension("otel_ebpf._fast.otlp", ["otel_ebpf/_fast/otlp.c"],

@@ -28,9 +28,9 @@
  * _request_head / _response_head and the frame, timed, built by parse.py's makers;
  * None, with nothing changed, whenever the general path must run.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
 #include <string.h>
+
+#include "slots.h"
 
 #define MAX_HEAD (64 * 1024)  /* parse.py MAX_HEAD: the window the head's end is looked for in */
 #define MAX_LEAD 64           /* empty lines before a message: more than this is rare, llhttp's */
@@ -301,30 +301,40 @@ static PyObject *head(PyObject *self, PyObject *args)
 
 /* ---- whole(): parse.py whole() -------------------------------------------------------- */
 
-/* set by setup(): the frame makers, Sent, the unknown request, first_wanting, SENT_LIMIT */
+/* set by setup(): the frame makers, Sent, the unknown request, first_wanting, SENT_LIMIT,
+ * and the classes whose objects whole() reads by slot */
 static PyObject *make_request, *make_response, *sent_type, *unknown_request, *first_wanting;
+static PyTypeObject *state_type, *stream_type;
 static Py_ssize_t sent_limit;
-static PyObject *s_fast_kept, *s_tunnel, *s_streams, *s_body, *s_size, *s_requests,
-	*s_layers, *s_next_index, *s_sent, *s_answered, *s_switch_pending, *mask32, *one, *connect,
-	*head_method;
+static PyObject *mask32, *zero, *one, *connect, *head_method;
+enum { H_FAST_KEPT, H_TUNNEL, H_STREAMS, H_REQUESTS, H_LAYERS, H_NEXT_INDEX, H_SENT,
+       H_ANSWERED, H_SWITCH_PENDING, H_N };
+static struct slot state_slots[H_N] = {
+	{"fast_kept"}, {"tunnel"}, {"streams"}, {"requests"}, {"layers"}, {"next_index"},
+	{"sent"}, {"answered"}, {"switch_pending"}};
+static struct slot stream_body = {"body"}, stream_size = {"size"};
 
 static PyObject *setup(PyObject *self, PyObject *args)
 {
-	PyObject *mr, *mp, *st, *unk, *fw;
+	PyObject *mr, *mp, *st, *unk, *fw, *state, *stream;
 	Py_ssize_t limit;
-	if (!PyArg_ParseTuple(args, "OOO!OOn", &mr, &mp, &PyType_Type, &st, &unk, &fw, &limit))
+	if (!PyArg_ParseTuple(args, "OOO!OOnO!O!", &mr, &mp, &PyType_Type, &st, &unk, &fw, &limit,
+			      &PyType_Type, &state, &PyType_Type, &stream))
 		return NULL;
 	if (!PyType_IsSubtype((PyTypeObject *)st, &PyTuple_Type) || !PyTuple_Check(unk) ||
 	    PyTuple_GET_SIZE(unk) != 4) {
 		PyErr_SetString(PyExc_TypeError, "setup: Sent must be a 4-field named tuple");
 		return NULL;
 	}
-	PyObject **slots[] = {&make_request, &make_response, &sent_type, &unknown_request,
-			      &first_wanting};
-	PyObject *values[] = {mr, mp, st, unk, fw};
-	for (int i = 0; i < 5; i++) {
+	if (slots_of(state, state_slots, H_N) || slots_of(stream, &stream_body, 1) ||
+	    slots_of(stream, &stream_size, 1))
+		return NULL;
+	PyObject **keep[] = {&make_request, &make_response, &sent_type, &unknown_request,
+			     &first_wanting, (PyObject **)&state_type, (PyObject **)&stream_type};
+	PyObject *values[] = {mr, mp, st, unk, fw, state, stream};
+	for (int i = 0; i < 7; i++) {
 		Py_INCREF(values[i]);
-		Py_XSETREF(*slots[i], values[i]);
+		Py_XSETREF(*keep[i], values[i]);
 	}
 	sent_limit = limit;
 	Py_RETURN_NONE;
@@ -347,35 +357,9 @@ static PyObject *new_sent(PyObject *index, PyObject *method)
 	return t;
 }
 
-/* 1 / 0 for a true / false attribute, -1 on error */
-static int attr_true(PyObject *o, PyObject *name)
+static inline int is_sent(PyObject *e)
 {
-	PyObject *v = PyObject_GetAttr(o, name);
-	if (!v)
-		return -1;
-	int r = PyObject_IsTrue(v);
-	Py_DECREF(v);
-	return r;
-}
-
-/* the frame's timing arguments, as whole() passes them to its maker: (seq & 0xFFFFFFFF
- * or None) and max(end_ns, start_ns); new references in out[0], out[1] */
-static int timing(PyObject *seq, PyObject *start_ns, PyObject *end_ns, PyObject **out)
-{
-	if (seq == Py_None) {
-		Py_INCREF(Py_None);
-		out[0] = Py_None;
-	} else if (!(out[0] = PyNumber_And(seq, mask32))) {
-		return -1;
-	}
-	int later = PyObject_RichCompareBool(end_ns, start_ns, Py_GE);
-	if (later < 0) {
-		Py_CLEAR(out[0]);
-		return -1;
-	}
-	out[1] = later ? end_ns : start_ns;
-	Py_INCREF(out[1]);
-	return 0;
+	return PyTuple_Check(e) && PyTuple_GET_SIZE(e) == 4;
 }
 
 static PyObject *whole(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -390,65 +374,56 @@ static PyObject *whole(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 		return NULL;
 	}
 	PyObject *direction = args[0], *data = args[1], *state = args[2];
-	PyObject *kept = NULL, *streams = NULL, *s = NULL, *requests = NULL, *result = NULL;
-	PyObject *text = NULL, *first = NULL, *sent = NULL, *extra[2] = {NULL, NULL};
-	PyObject *body_size = NULL, *consumed = NULL, *index = NULL, *item = NULL;
-	struct head h;
-	int found = 0;
 	if (!PyBytes_Check(data)) {
 		PyErr_SetString(PyExc_TypeError, "whole: data must be bytes");
 		return NULL;
 	}
+	if (!Py_IS_TYPE(state, state_type))
+		Py_RETURN_NONE; /* another parser's state: its own path */
+	PyObject *kept = slot_get(state, &state_slots[H_FAST_KEPT]);
+	PyObject *streams = slot_get(state, &state_slots[H_STREAMS]);
+	PyObject *requests = slot_get(state, &state_slots[H_REQUESTS]);
+	PyObject *sent = slot_get(state, &state_slots[H_SENT]);
+	PyObject *layers = slot_get(state, &state_slots[H_LAYERS]);
+	if (!kept || !PyDict_Check(kept) || slot_get(state, &state_slots[H_TUNNEL]) != Py_False ||
+	    !streams || !PyTuple_CheckExact(streams) || PyTuple_GET_SIZE(streams) != 2 ||
+	    !requests || !sent || !PyList_Check(sent) || !layers || !PyTuple_Check(layers))
+		Py_RETURN_NONE;
+	int request = PyObject_RichCompareBool(direction, requests, Py_EQ);
+	long d = PyLong_AsLong(direction);
+	if (request < 0 || (d == -1 && PyErr_Occurred()))
+		return NULL;
+	if (d != 0 && d != 1)
+		Py_RETURN_NONE;
+	PyObject *s = PyTuple_GET_ITEM(streams, d);
+	PyObject *size = Py_IS_TYPE(s, stream_type) ? slot_get(s, &stream_size) : NULL;
+	/* size: 0 is the interpreter's one small int 0; any other object, the general path */
+	if (!size || slot_get(s, &stream_body) != Py_None || size != zero)
+		Py_RETURN_NONE; /* inside a message, or after an interim head */
+
 	const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
 	Py_ssize_t len = PyBytes_GET_SIZE(data);
-
-	if (!(kept = PyObject_GetAttr(state, s_fast_kept)))
-		return NULL;
-	int r;
-	if (kept == Py_None || !PyDict_Check(kept) || (r = attr_true(state, s_tunnel)) == 1)
-		goto none;
-	if (r < 0 || !(streams = PyObject_GetAttr(state, s_streams)))
-		goto error;
-	long d = PyLong_AsLong(direction);
-	if (d == -1 && PyErr_Occurred())
-		goto error;
-	if (!PyTuple_Check(streams) || d < 0 || d >= PyTuple_GET_SIZE(streams)) {
-		PyErr_SetString(PyExc_TypeError, "whole: state.streams must be a pair");
-		goto error;
+	struct head h;
+	int found = read_head(buf, len, request, kept, &h);
+	if (found <= 0) {
+		if (found < 0)
+			return NULL;
+		Py_RETURN_NONE;
 	}
-	s = PyTuple_GET_ITEM(streams, d);
-	PyObject *body = PyObject_GetAttr(s, s_body);
-	if (!body)
+	PyObject *result = NULL, *text = NULL, *first = NULL, *index = NULL, *item = NULL;
+	PyObject *body_size = NULL, *consumed = NULL, *seq = NULL;
+	Py_INCREF(state); /* held while Python code runs (first_wanting, the maker) */
+	if (!(text = latin1(h.text, h.text_len)) || !(first = first_of(&h, request)))
 		goto error;
-	Py_DECREF(body);
-	if (body != Py_None || (r = attr_true(s, s_size)) == 1)
-		goto none; /* inside a message, or after an interim head */
-	if (r < 0 || !(requests = PyObject_GetAttr(state, s_requests)))
-		goto error;
-	int request = PyObject_RichCompareBool(direction, requests, Py_EQ);
-	if (request < 0 || (found = read_head(buf, len, request, kept, &h)) < 0)
-		goto error;
-	if (!found)
-		goto none;
-	if (!(text = latin1(h.text, h.text_len)) || !(first = first_of(&h, request)) ||
-	    !(sent = PyObject_GetAttr(state, s_sent)))
-		goto error;
-	if (!PyList_Check(sent)) {
-		PyErr_SetString(PyExc_TypeError, "whole: state.sent must be a list");
-		goto error;
-	}
 	Py_ssize_t end = h.end;
 	if (request) {
 		if (h.clen >= 0)
 			end += h.clen;
 		if (end != len)
 			goto none;
-		PyObject *layers = PyObject_GetAttr(state, s_layers);
-		if (!layers)
-			goto error;
-		r = PyObject_IsTrue(layers);
-		if (r == 1) {
+		if (PyTuple_GET_SIZE(layers)) {
 			PyObject *call[3] = {layers, first, text};
+			Py_INCREF(layers);
 			PyObject *layer = PyObject_Vectorcall(first_wanting, call, 3, NULL);
 			Py_DECREF(layers);
 			if (!layer)
@@ -456,16 +431,19 @@ static PyObject *whole(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 			Py_DECREF(layer);
 			if (layer != Py_None)
 				goto none;
-		} else {
-			Py_DECREF(layers);
-			if (r < 0)
-				goto error;
+			/* first_wanting is Python: the state's slots are read again below */
+			sent = slot_get(state, &state_slots[H_SENT]);
+			if (!sent || !PyList_Check(sent))
+				goto none;
 		}
 		/* _request_head's compiled branch, from here on */
-		if (!(index = PyObject_GetAttr(state, s_next_index)) ||
-		    !(item = PyNumber_Add(index, one)) ||
-		    PyObject_SetAttr(state, s_next_index, item) < 0)
+		index = slot_get(state, &state_slots[H_NEXT_INDEX]);
+		if (!index)
+			goto none;
+		Py_INCREF(index);
+		if (!(item = PyNumber_Add(index, one)))
 			goto error;
+		slot_set(state, &state_slots[H_NEXT_INDEX], item);
 		Py_CLEAR(item);
 		if (PyList_GET_SIZE(sent) >= sent_limit && PySequence_DelItem(sent, 0) < 0)
 			goto error;
@@ -483,15 +461,12 @@ static PyObject *whole(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 		if (h.code < 200)
 			goto none; /* interim, or 101 (a tunnel) */
 		PyObject *req = PyList_GET_SIZE(sent) ? PyList_GET_ITEM(sent, 0) : unknown_request;
-		if (!PyTuple_Check(req) || PyTuple_GET_SIZE(req) != 4) {
-			PyErr_SetString(PyExc_TypeError, "whole: state.sent holds Sent tuples");
-			goto error;
-		}
-		Py_INCREF(req);
-		item = req; /* held while sent may lose it */
+		PyObject *answered = slot_get(state, &state_slots[H_ANSWERED]);
+		PyObject *pending = slot_get(state, &state_slots[H_SWITCH_PENDING]);
+		if (!is_sent(req) || PyTuple_GET_ITEM(req, 3) != Py_None || !answered || !pending ||
+		    !PyBool_Check(pending))
+			goto none; /* a layer wants the answer (or not our state's shape) */
 		PyObject *method = PyTuple_GET_ITEM(req, 1);
-		if (PyTuple_GET_ITEM(req, 3) != Py_None)
-			goto none; /* a layer wants the answer */
 		int is_connect = PyObject_RichCompareBool(method, connect, Py_EQ);
 		int is_head = is_connect ? 0 : PyObject_RichCompareBool(method, head_method, Py_EQ);
 		if (is_connect < 0 || is_head < 0)
@@ -510,25 +485,21 @@ static PyObject *whole(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 		}
 		if (end != len)
 			goto none;
-		/* _response_head's compiled branch, from here on */
-		if (PyList_GET_SIZE(sent) && PySequence_DelItem(sent, 0) < 0)
+		int later = PyObject_RichCompareBool(PyTuple_GET_ITEM(req, 0), answered, Py_GT);
+		if (later < 0)
 			goto error;
+		/* _response_head's compiled branch, from here on */
 		index = PyTuple_GET_ITEM(req, 0);
 		Py_INCREF(index);
-		PyObject *answered = PyObject_GetAttr(state, s_answered);
-		if (!answered)
+		if (PyList_GET_SIZE(sent) && PySequence_DelItem(sent, 0) < 0)
 			goto error;
-		r = PyObject_RichCompareBool(index, answered, Py_GT);
-		Py_DECREF(answered);
-		if (r < 0 || (r && PyObject_SetAttr(state, s_answered, index) < 0))
-			goto error;
-		if ((r = attr_true(state, s_switch_pending)) < 0)
-			goto error;
-		if (r) {
+		if (later)
+			slot_set(state, &state_slots[H_ANSWERED], index);
+		if (pending == Py_True) {
 			int any = 0;
 			for (Py_ssize_t i = 0; i < PyList_GET_SIZE(sent) && !any; i++) {
 				PyObject *e = PyList_GET_ITEM(sent, i);
-				if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 4) {
+				if (!is_sent(e)) {
 					PyErr_SetString(PyExc_TypeError,
 							"whole: state.sent holds Sent tuples");
 					goto error;
@@ -536,18 +507,25 @@ static PyObject *whole(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 				if ((any = PyObject_IsTrue(PyTuple_GET_ITEM(e, 2))) < 0)
 					goto error;
 			}
-			if (PyObject_SetAttr(state, s_switch_pending, any ? Py_True : Py_False) < 0)
-				goto error;
+			slot_set(state, &state_slots[H_SWITCH_PENDING], any ? Py_True : Py_False);
 		}
-		Py_CLEAR(item);
 	}
-	if (timing(args[6], args[4], args[5], extra) < 0 || !(consumed = PyLong_FromSsize_t(end)))
+	/* the tracker's stamping: seq & 0xFFFFFFFF (or None), max(end_ns, start_ns) */
+	if (args[6] == Py_None) {
+		Py_INCREF(Py_None);
+		seq = Py_None;
+	} else if (!(seq = PyNumber_And(args[6], mask32))) {
+		goto error;
+	}
+	int later = PyObject_RichCompareBool(args[5], args[4], Py_GE);
+	if (later < 0 || !(consumed = PyLong_FromSsize_t(end)))
 		goto error;
 	/* direction, method|status, target|reason, index, carrier, version, host, user_agent,
 	 * content_type, stream_pos, start_ns, end_ns, tcp_seq, tid, task, size, body_size */
 	PyObject *call[17] = {direction, first, text, index, h.carrier, h.minor ? v11 : v10,
-			      h.vals[0], h.vals[1], h.vals[2], args[3], args[4], extra[1],
-			      extra[0], args[7], args[8], consumed, body_size};
+			      h.vals[0], h.vals[1], h.vals[2], args[3], args[4],
+			      later ? args[5] : args[4], seq, args[7], args[8], consumed,
+			      body_size};
 	result = PyObject_Vectorcall(request ? make_request : make_response, call, 17, NULL);
 	goto done;
 none:
@@ -557,20 +535,15 @@ none:
 error:
 	result = NULL;
 done:
-	if (found > 0)
-		head_clear(&h);
-	Py_XDECREF(kept);
-	Py_XDECREF(streams);
-	Py_XDECREF(requests);
+	head_clear(&h);
+	Py_DECREF(state);
 	Py_XDECREF(text);
 	Py_XDECREF(first);
-	Py_XDECREF(sent);
-	Py_XDECREF(extra[0]);
-	Py_XDECREF(extra[1]);
-	Py_XDECREF(body_size);
-	Py_XDECREF(consumed);
 	Py_XDECREF(index);
 	Py_XDECREF(item);
+	Py_XDECREF(body_size);
+	Py_XDECREF(consumed);
+	Py_XDECREF(seq);
 	return result;
 }
 
@@ -583,8 +556,8 @@ static PyMethodDef http1_methods[] = {
 	 "frame of a syscall that is one plain message, or None with nothing changed "
 	 "(protocols/http1/parse.py whole is the reference)"},
 	{"setup", setup, METH_VARARGS,
-	 "setup(make_request, make_response, Sent, unknown_request, first_wanting, sent_limit): "
-	 "what whole() builds with"},
+	 "setup(make_request, make_response, Sent, unknown_request, first_wanting, sent_limit, "
+	 "HTTP1State, _Stream): what whole() builds with, and the classes it reads by slot"},
 	{NULL, NULL, 0, NULL},
 };
 
@@ -603,18 +576,11 @@ PyMODINIT_FUNC PyInit_http1(void)
 	if (!(v10 = PyUnicode_InternFromString("1.0")) || !(v11 = PyUnicode_InternFromString("1.1")) ||
 	    !(empty = PyUnicode_InternFromString("")))
 		return NULL;
-	struct {
-		PyObject **slot;
-		const char *text;
-	} names[] = {{&s_fast_kept, "fast_kept"}, {&s_tunnel, "tunnel"}, {&s_streams, "streams"},
-		     {&s_body, "body"}, {&s_size, "size"}, {&s_requests, "requests"},
-		     {&s_layers, "layers"}, {&s_next_index, "next_index"}, {&s_sent, "sent"},
-		     {&s_answered, "answered"}, {&s_switch_pending, "switch_pending"},
-		     {&connect, "CONNECT"}, {&head_method, "HEAD"}};
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if (!(*names[i].slot = PyUnicode_InternFromString(names[i].text)))
-			return NULL;
-	if (!(mask32 = PyLong_FromUnsignedLong(0xFFFFFFFFUL)) || !(one = PyLong_FromLong(1)))
+	if (!(connect = PyUnicode_InternFromString("CONNECT")) ||
+	    !(head_method = PyUnicode_InternFromString("HEAD")))
+		return NULL;
+	if (!(mask32 = PyLong_FromUnsignedLong(0xFFFFFFFFUL)) || !(one = PyLong_FromLong(1)) ||
+	    !(zero = PyLong_FromLong(0)))
 		return NULL;
 	PyObject *m = PyModule_Create(&http1_module);
 	if (!m)

@@ -609,7 +609,7 @@ def compiled_whole(fast):  # noqa: ANN001, ANN201 (the extension module and its 
     global _compiled_ready
     if _compiled_ready is not fast:
         fast.setup(_whole_request, _whole_response, Sent, _UNKNOWN_REQUEST, first_wanting,
-                   SENT_LIMIT)
+                   SENT_LIMIT, HTTP1State, _Stream)
         _compiled_ready = fast
     return fast.whole
 
