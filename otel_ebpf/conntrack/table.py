@@ -13,6 +13,7 @@ from otel_ebpf.telemetry import Stats
 from .connection import Connection, compiled_data
 
 Key = tuple[int, int, int]
+_tuple_new = tuple.__new__  # a named tuple of every field, without its __new__'s Python frame
 LAST_READ_THREADS = 16384
 
 
@@ -97,7 +98,7 @@ class ConnTable:
                     self.to_mute.append(key)
                 if direction is Direction.INGRESS:
                     # what a thread read last: a loop callback creating a task works on it
-                    last_read[tid] = LastRead(key, pos, pos + msg_len, exit_ns)
+                    last_read[tid] = _tuple_new(LastRead, (key, pos, pos + msg_len, exit_ns))
                     last_read.move_to_end(tid)
                     if len(last_read) > LAST_READ_THREADS:
                         last_read.popitem(last=False)
