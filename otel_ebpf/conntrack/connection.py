@@ -29,6 +29,8 @@ INFER_ATTEMPTS = 16  # data events per connection offered to inference before gi
 FOREVER_NS = 2**63 - 1
 MAX_PARSE_STEPS = 10_000  # per feed: a parser that never advances cannot hang the agent
 RESYNC_TAIL = 16  # bytes kept when resync finds nothing: a message start may be cut there
+# enum members as module constants: looking a member up on its class costs ~0.2 µs
+_INGRESS, _FRAME, _NEED_MORE = Direction.INGRESS, ParseResult.FRAME, ParseResult.NEED_MORE
 
 
 _compiled_ready = None  # the compiled module given the Chunk type
@@ -129,7 +131,7 @@ class Connection:
             return
         # A read's bytes are there when it returns (it may have blocked long before they
         # came); a write's bytes leave when it is called.
-        if direction is Direction.INGRESS:
+        if direction is _INGRESS:
             start_ns = end_ns
         if self.parser.transport == "datagram":  # type: ignore[union-attr]
             self._datagram(direction, pos, msg_len, payload, start_ns, end_ns, tid, task,
@@ -187,7 +189,7 @@ class Connection:
         step = self.parser.parse(direction, view, self.state)  # type: ignore[union-attr]
         view.release()
         result, frame, consumed = step
-        if result is ParseResult.FRAME and frame is not None \
+        if result is _FRAME and frame is not None \
                 and consumed == chunk.end - chunk.pos:
             # stamped as _stamp_start and _finish_pending do: first and last byte its own
             frame.direction, frame.stream_pos = direction, chunk.pos
@@ -276,9 +278,9 @@ class Connection:
                     continue
                 result, frame, consumed = parser.parse(direction, view, state)
                 view.release()
-            if result is ParseResult.FRAME and frame is not None:
+            if result is _FRAME and frame is not None:
                 self._frame_done(direction, frame, consumed)
-            elif result is ParseResult.NEED_MORE:
+            elif result is _NEED_MORE:
                 if consumed <= 0:
                     if stream.hole_ahead():  # the bytes the parser waits for are lost
                         poke = self._lose_bytes(direction, stats)
