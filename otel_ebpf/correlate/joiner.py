@@ -262,7 +262,7 @@ class Correlator:
     def _server_answers(self, conn: ConnInfo, frame: Frame) -> None:
         """The response's first byte ends its request's handling: the oldest unanswered
         request of the connection, or on a multiplexed one, the same exchange's."""
-        key = conn.key
+        key = (conn.pid, conn.fd, conn.generation)
         waiting = self.unanswered.get(key)
         if not waiting:
             return
@@ -334,6 +334,7 @@ class Correlator:
         """Spans whose IDs are settled; the others wait (at most the window)."""
         now_ns = _now() if now_ns is None else now_ns
         ready: list[NeutralSpan] = []
+        take = self.requests.pop
         for span in spans:
             if span.message_id:
                 message_ids(span)
@@ -341,11 +342,13 @@ class Correlator:
                 continue
             req = None
             if span.request_pos is not None:
-                req = self.requests.pop((span.conn.key, span.request_pos), None)
+                conn = span.conn  # its key inline: a property is a Python call
+                req = take(((conn.pid, conn.fd, conn.generation), span.request_pos), None)
             if req is None:
                 ready.append(span)  # nothing seen of its request: random IDs later
                 continue
-            self._close_server(req)
+            if req.role == _SERVER:
+                self._close_server(req)
             if self._settle(span, req):
                 ready.append(span)
             else:
