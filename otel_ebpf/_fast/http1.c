@@ -19,10 +19,18 @@
  * already left out). Returned:
  *   (start, end, method | status, target | reason, version, carrier, host, user_agent,
  *    content_type, content_length)   -- content_length -1: none
+ *
+ * whole(direction, data, state, pos, start_ns, end_ns, seq, tid, task) -> frame | None
+ *
+ * The usual event in one call: a syscall's bytes that are one whole message in the subset
+ * (its body, if any, skipped by length, no layer wanting it), at an empty stream's head.
+ * Does what parse.py whole() does (the reference): the HTTP1State bookkeeping of
+ * _request_head / _response_head and the frame, timed, built by parse.py's makers;
+ * None, with nothing changed, whenever the general path must run.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
 #include <string.h>
+
+#include "slots.h"
 
 #define MAX_HEAD (64 * 1024)  /* parse.py MAX_HEAD: the window the head's end is looked for in */
 #define MAX_LEAD 64           /* empty lines before a message: more than this is rare, llhttp's */
@@ -115,36 +123,48 @@ static int status_line(const unsigned char *p, const unsigned char *eol, int *st
 	return 0;
 }
 
-static PyObject *head(PyObject *self, PyObject *args)
+/* What a head in the subset holds (read_head): the fields parse.py reads from it. */
+struct head {
+	Py_ssize_t lead, end; /* the head is buf[lead:end] */
+	int code, minor;      /* method index or status; HTTP/1.minor */
+	const unsigned char *text; /* target or reason, in buf */
+	Py_ssize_t text_len;
+	PyObject *carrier;  /* owned: {name: value} of the carriers */
+	PyObject *vals[3];  /* owned or NULL: host, user-agent, content-type */
+	long long clen;     /* -1: none */
+};
+
+static void head_clear(struct head *h)
 {
-	Py_buffer view;
-	int request;
-	PyObject *kept;
-	if (!PyArg_ParseTuple(args, "y*pO!", &view, &request, &PyDict_Type, &kept))
-		return NULL;
-	PyObject *result = NULL, *carrier = NULL, *first_line = NULL, *line_text = NULL;
-	PyObject *vals[3] = {NULL, NULL, NULL}; /* host, user-agent, content-type */
-	long long clen = -1;
-	const unsigned char *buf = view.buf, *end = buf + view.len;
+	Py_CLEAR(h->carrier);
+	for (int i = 0; i < 3; i++)
+		Py_CLEAR(h->vals[i]);
+}
+
+/* 1: a head in the subset, its fields in h (vals filled with "" where absent); 0: not
+ * sure, llhttp's (h holds nothing); -1: an error set */
+static int read_head(const unsigned char *buf, Py_ssize_t len, int request, PyObject *kept,
+		     struct head *h)
+{
+	const unsigned char *end = buf + len;
+	memset(h, 0, sizeof(*h));
+	h->clen = -1;
 
 	Py_ssize_t lead = 0;
-	while (lead < view.len && (buf[lead] == '\r' || buf[lead] == '\n'))
+	while (lead < len && (buf[lead] == '\r' || buf[lead] == '\n'))
 		lead++;
-	if (lead > MAX_LEAD || lead == view.len)
-		goto fallback;
+	if (lead > MAX_LEAD || lead == len)
+		return 0;
 	const unsigned char *p = buf + lead;
-	const unsigned char *window = view.len - lead > MAX_HEAD ? p + MAX_HEAD : end;
+	const unsigned char *window = len - lead > MAX_HEAD ? p + MAX_HEAD : end;
 
 	const unsigned char *eol = line_end(p, window);
 	if (!eol)
-		goto fallback;
-	int code, minor;
-	const unsigned char *text;
-	Py_ssize_t text_len;
-	if (request ? request_line(p, eol, &code, &minor, &text, &text_len)
-		    : status_line(p, eol, &code, &minor, &text, &text_len))
-		goto fallback;
-	if (!(carrier = PyDict_New()))
+		return 0;
+	if (request ? request_line(p, eol, &h->code, &h->minor, &h->text, &h->text_len)
+		    : status_line(p, eol, &h->code, &h->minor, &h->text, &h->text_len))
+		return 0;
+	if (!(h->carrier = PyDict_New()))
 		goto error;
 
 	unsigned char lower[MAX_NAME];
@@ -197,26 +217,26 @@ static PyObject *head(PyObject *self, PyObject *args)
 		if (flags & K_FALLBACK)
 			goto fallback;
 		if (flags & K_CLEN) {
-			if (clen >= 0 || ve != eol || eol - v > 15)
+			if (h->clen >= 0 || ve != eol || eol - v > 15)
 				goto fallback; /* repeated, trailing blanks, or too long: llhttp's */
-			clen = 0;
+			h->clen = 0;
 			for (const unsigned char *c = v; c < eol; c++) {
 				if (*c < '0' || *c > '9')
 					goto fallback;
-				clen = clen * 10 + (*c - '0');
+				h->clen = h->clen * 10 + (*c - '0');
 			}
 		}
 		int slot = flags & K_HOST ? 0 : flags & K_UA ? 1 : flags & K_CTYPE ? 2 : -1;
-		if ((slot >= 0 && !vals[slot]) || (flags & K_CARRIER)) {
+		if ((slot >= 0 && !h->vals[slot]) || (flags & K_CARRIER)) {
 			PyObject *value = latin1(v, ve - v);
 			if (!value)
 				goto error;
-			if (slot >= 0 && !vals[slot]) { /* the first value, as parse.py's _Head.first */
+			if (slot >= 0 && !h->vals[slot]) { /* the first value, as parse.py's _Head.first */
 				Py_INCREF(value);
-				vals[slot] = value;
+				h->vals[slot] = value;
 			}
 			/* carriers: the last value, as parse.py's dict of the fields */
-			if ((flags & K_CARRIER) && PyDict_SetItem(carrier, name, value) < 0) {
+			if ((flags & K_CARRIER) && PyDict_SetItem(h->carrier, name, value) < 0) {
 				Py_DECREF(value);
 				goto error;
 			}
@@ -224,36 +244,306 @@ static PyObject *head(PyObject *self, PyObject *args)
 		}
 		p = eol + 2;
 	}
-	if (!(line_text = latin1(text, text_len)))
-		goto error;
+	for (int i = 0; i < 3; i++)
+		if (!h->vals[i]) {
+			Py_INCREF(empty);
+			h->vals[i] = empty;
+		}
+	h->lead = lead;
+	h->end = p - buf;
+	return 1;
+fallback:
+	head_clear(h);
+	return 0;
+error:
+	head_clear(h);
+	return -1;
+}
+
+/* method (interned) or status, as parse.py has it */
+static PyObject *first_of(const struct head *h, int request)
+{
 	if (request) {
-		first_line = methods[code];
-		Py_INCREF(first_line);
-	} else if (!(first_line = PyLong_FromLong(code))) {
+		Py_INCREF(methods[h->code]);
+		return methods[h->code];
+	}
+	return PyLong_FromLong(h->code);
+}
+
+static PyObject *head(PyObject *self, PyObject *args)
+{
+	Py_buffer view;
+	int request;
+	PyObject *kept;
+	if (!PyArg_ParseTuple(args, "y*pO!", &view, &request, &PyDict_Type, &kept))
+		return NULL;
+	struct head h;
+	PyObject *result = NULL, *first = NULL, *text = NULL;
+	int found = read_head(view.buf, view.len, request, kept, &h);
+	PyBuffer_Release(&view);
+	if (found <= 0) {
+		if (found < 0)
+			return NULL;
+		Py_RETURN_NONE;
+	}
+	if ((text = latin1(h.text, h.text_len)) && (first = first_of(&h, request))) {
+		result = Py_BuildValue("(nnNNONNNNL)", h.lead, h.end, first, text,
+				       h.minor ? v11 : v10, h.carrier, h.vals[0], h.vals[1],
+				       h.vals[2], h.clen);
+		if (result) /* stolen (N) */
+			first = text = h.carrier = h.vals[0] = h.vals[1] = h.vals[2] = NULL;
+	}
+	Py_XDECREF(first);
+	Py_XDECREF(text);
+	head_clear(&h);
+	return result;
+}
+
+/* ---- whole(): parse.py whole() -------------------------------------------------------- */
+
+/* set by setup(): the frame makers, Sent, the unknown request, first_wanting, SENT_LIMIT,
+ * and the classes whose objects whole() reads by slot */
+static PyObject *make_request, *make_response, *sent_type, *unknown_request, *first_wanting;
+static PyTypeObject *state_type, *stream_type;
+static Py_ssize_t sent_limit;
+static PyObject *mask32, *zero, *one, *connect, *head_method;
+enum { H_FAST_KEPT, H_TUNNEL, H_STREAMS, H_REQUESTS, H_LAYERS, H_NEXT_INDEX, H_SENT,
+       H_ANSWERED, H_SWITCH_PENDING, H_N };
+static struct slot state_slots[H_N] = {
+	{"fast_kept"}, {"tunnel"}, {"streams"}, {"requests"}, {"layers"}, {"next_index"},
+	{"sent"}, {"answered"}, {"switch_pending"}};
+static struct slot stream_body = {"body"}, stream_size = {"size"};
+
+static PyObject *setup(PyObject *self, PyObject *args)
+{
+	PyObject *mr, *mp, *st, *unk, *fw, *state, *stream;
+	Py_ssize_t limit;
+	if (!PyArg_ParseTuple(args, "OOO!OOnO!O!", &mr, &mp, &PyType_Type, &st, &unk, &fw, &limit,
+			      &PyType_Type, &state, &PyType_Type, &stream))
+		return NULL;
+	if (!PyType_IsSubtype((PyTypeObject *)st, &PyTuple_Type) || !PyTuple_Check(unk) ||
+	    PyTuple_GET_SIZE(unk) != 4) {
+		PyErr_SetString(PyExc_TypeError, "setup: Sent must be a 4-field named tuple");
+		return NULL;
+	}
+	if (slots_of(state, state_slots, H_N) || slots_of(stream, &stream_body, 1) ||
+	    slots_of(stream, &stream_size, 1))
+		return NULL;
+	PyObject **keep[] = {&make_request, &make_response, &sent_type, &unknown_request,
+			     &first_wanting, (PyObject **)&state_type, (PyObject **)&stream_type};
+	PyObject *values[] = {mr, mp, st, unk, fw, state, stream};
+	for (int i = 0; i < 7; i++) {
+		Py_INCREF(values[i]);
+		Py_XSETREF(*keep[i], values[i]);
+	}
+	sent_limit = limit;
+	Py_RETURN_NONE;
+}
+
+/* a Sent(index, method, False, None), built as tuple.__new__ builds it */
+static PyObject *new_sent(PyObject *index, PyObject *method)
+{
+	PyObject *t = ((PyTypeObject *)sent_type)->tp_alloc((PyTypeObject *)sent_type, 4);
+	if (!t)
+		return NULL;
+	Py_INCREF(index);
+	Py_INCREF(method);
+	Py_INCREF(Py_False);
+	Py_INCREF(Py_None);
+	PyTuple_SET_ITEM(t, 0, index);
+	PyTuple_SET_ITEM(t, 1, method);
+	PyTuple_SET_ITEM(t, 2, Py_False);
+	PyTuple_SET_ITEM(t, 3, Py_None);
+	return t;
+}
+
+static inline int is_sent(PyObject *e)
+{
+	return PyTuple_Check(e) && PyTuple_GET_SIZE(e) == 4;
+}
+
+static PyObject *whole(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+	if (nargs != 9) {
+		PyErr_SetString(PyExc_TypeError,
+				"whole(direction, data, state, pos, start_ns, end_ns, seq, tid, task)");
+		return NULL;
+	}
+	if (!make_request) {
+		PyErr_SetString(PyExc_RuntimeError, "whole: setup() was not called");
+		return NULL;
+	}
+	PyObject *direction = args[0], *data = args[1], *state = args[2];
+	if (!PyBytes_Check(data)) {
+		PyErr_SetString(PyExc_TypeError, "whole: data must be bytes");
+		return NULL;
+	}
+	if (!Py_IS_TYPE(state, state_type))
+		Py_RETURN_NONE; /* another parser's state: its own path */
+	PyObject *kept = slot_get(state, &state_slots[H_FAST_KEPT]);
+	PyObject *streams = slot_get(state, &state_slots[H_STREAMS]);
+	PyObject *requests = slot_get(state, &state_slots[H_REQUESTS]);
+	PyObject *sent = slot_get(state, &state_slots[H_SENT]);
+	PyObject *layers = slot_get(state, &state_slots[H_LAYERS]);
+	if (!kept || !PyDict_Check(kept) || slot_get(state, &state_slots[H_TUNNEL]) != Py_False ||
+	    !streams || !PyTuple_CheckExact(streams) || PyTuple_GET_SIZE(streams) != 2 ||
+	    !requests || !sent || !PyList_Check(sent) || !layers || !PyTuple_Check(layers))
+		Py_RETURN_NONE;
+	int request = PyObject_RichCompareBool(direction, requests, Py_EQ);
+	long d = PyLong_AsLong(direction);
+	if (request < 0 || (d == -1 && PyErr_Occurred()))
+		return NULL;
+	if (d != 0 && d != 1)
+		Py_RETURN_NONE;
+	PyObject *s = PyTuple_GET_ITEM(streams, d);
+	PyObject *size = Py_IS_TYPE(s, stream_type) ? slot_get(s, &stream_size) : NULL;
+	/* size: 0 is the interpreter's one small int 0; any other object, the general path */
+	if (!size || slot_get(s, &stream_body) != Py_None || size != zero)
+		Py_RETURN_NONE; /* inside a message, or after an interim head */
+
+	const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
+	Py_ssize_t len = PyBytes_GET_SIZE(data);
+	struct head h;
+	int found = read_head(buf, len, request, kept, &h);
+	if (found <= 0) {
+		if (found < 0)
+			return NULL;
+		Py_RETURN_NONE;
+	}
+	PyObject *result = NULL, *text = NULL, *first = NULL, *index = NULL, *item = NULL;
+	PyObject *body_size = NULL, *consumed = NULL, *seq = NULL;
+	Py_INCREF(state); /* held while Python code runs (first_wanting, the maker) */
+	if (!(text = latin1(h.text, h.text_len)) || !(first = first_of(&h, request)))
+		goto error;
+	Py_ssize_t end = h.end;
+	if (request) {
+		if (h.clen >= 0)
+			end += h.clen;
+		if (end != len)
+			goto none;
+		if (PyTuple_GET_SIZE(layers)) {
+			PyObject *call[3] = {layers, first, text};
+			Py_INCREF(layers);
+			PyObject *layer = PyObject_Vectorcall(first_wanting, call, 3, NULL);
+			Py_DECREF(layers);
+			if (!layer)
+				goto error;
+			Py_DECREF(layer);
+			if (layer != Py_None)
+				goto none;
+			/* first_wanting is Python: the state's slots are read again below */
+			sent = slot_get(state, &state_slots[H_SENT]);
+			if (!sent || !PyList_Check(sent))
+				goto none;
+		}
+		/* _request_head's compiled branch, from here on */
+		index = slot_get(state, &state_slots[H_NEXT_INDEX]);
+		if (!index)
+			goto none;
+		Py_INCREF(index);
+		if (!(item = PyNumber_Add(index, one)))
+			goto error;
+		slot_set(state, &state_slots[H_NEXT_INDEX], item);
+		Py_CLEAR(item);
+		if (PyList_GET_SIZE(sent) >= sent_limit && PySequence_DelItem(sent, 0) < 0)
+			goto error;
+		if (!(item = new_sent(index, first)) || PyList_Append(sent, item) < 0)
+			goto error;
+		Py_CLEAR(item);
+		if (h.clen >= 0) {
+			if (!(body_size = PyLong_FromLongLong(h.clen)))
+				goto error;
+		} else {
+			Py_INCREF(Py_None);
+			body_size = Py_None;
+		}
+	} else {
+		if (h.code < 200)
+			goto none; /* interim, or 101 (a tunnel) */
+		PyObject *req = PyList_GET_SIZE(sent) ? PyList_GET_ITEM(sent, 0) : unknown_request;
+		PyObject *answered = slot_get(state, &state_slots[H_ANSWERED]);
+		PyObject *pending = slot_get(state, &state_slots[H_SWITCH_PENDING]);
+		if (!is_sent(req) || PyTuple_GET_ITEM(req, 3) != Py_None || !answered || !pending ||
+		    !PyBool_Check(pending))
+			goto none; /* a layer wants the answer (or not our state's shape) */
+		PyObject *method = PyTuple_GET_ITEM(req, 1);
+		int is_connect = PyObject_RichCompareBool(method, connect, Py_EQ);
+		int is_head = is_connect ? 0 : PyObject_RichCompareBool(method, head_method, Py_EQ);
+		if (is_connect < 0 || is_head < 0)
+			goto error;
+		if (is_connect)
+			goto none;
+		if (is_head || h.code == 204 || h.code == 304) {
+			Py_INCREF(Py_None);
+			body_size = Py_None; /* Body.NONE */
+		} else if (h.clen >= 0) {
+			if (!(body_size = PyLong_FromLongLong(h.clen)))
+				goto error;
+			end += h.clen;
+		} else {
+			goto none; /* until the close */
+		}
+		if (end != len)
+			goto none;
+		int later = PyObject_RichCompareBool(PyTuple_GET_ITEM(req, 0), answered, Py_GT);
+		if (later < 0)
+			goto error;
+		/* _response_head's compiled branch, from here on */
+		index = PyTuple_GET_ITEM(req, 0);
+		Py_INCREF(index);
+		if (PyList_GET_SIZE(sent) && PySequence_DelItem(sent, 0) < 0)
+			goto error;
+		if (later)
+			slot_set(state, &state_slots[H_ANSWERED], index);
+		if (pending == Py_True) {
+			int any = 0;
+			for (Py_ssize_t i = 0; i < PyList_GET_SIZE(sent) && !any; i++) {
+				PyObject *e = PyList_GET_ITEM(sent, i);
+				if (!is_sent(e)) {
+					PyErr_SetString(PyExc_TypeError,
+							"whole: state.sent holds Sent tuples");
+					goto error;
+				}
+				if ((any = PyObject_IsTrue(PyTuple_GET_ITEM(e, 2))) < 0)
+					goto error;
+			}
+			slot_set(state, &state_slots[H_SWITCH_PENDING], any ? Py_True : Py_False);
+		}
+	}
+	/* the tracker's stamping: seq & 0xFFFFFFFF (or None), max(end_ns, start_ns) */
+	if (args[6] == Py_None) {
+		Py_INCREF(Py_None);
+		seq = Py_None;
+	} else if (!(seq = PyNumber_And(args[6], mask32))) {
 		goto error;
 	}
-	for (int i = 0; i < 3; i++)
-		if (!vals[i]) {
-			Py_INCREF(empty);
-			vals[i] = empty;
-		}
-	result = Py_BuildValue("(nnNNONNNNL)", lead, (Py_ssize_t)(p - buf), first_line, line_text,
-			       minor ? v11 : v10, carrier, vals[0], vals[1], vals[2], clen);
-	first_line = line_text = carrier = vals[0] = vals[1] = vals[2] = NULL; /* stolen (N) */
+	int later = PyObject_RichCompareBool(args[5], args[4], Py_GE);
+	if (later < 0 || !(consumed = PyLong_FromSsize_t(end)))
+		goto error;
+	/* direction, method|status, target|reason, index, carrier, version, host, user_agent,
+	 * content_type, stream_pos, start_ns, end_ns, tcp_seq, tid, task, size, body_size */
+	PyObject *call[17] = {direction, first, text, index, h.carrier, h.minor ? v11 : v10,
+			      h.vals[0], h.vals[1], h.vals[2], args[3], args[4],
+			      later ? args[5] : args[4], seq, args[7], args[8], consumed,
+			      body_size};
+	result = PyObject_Vectorcall(request ? make_request : make_response, call, 17, NULL);
 	goto done;
-fallback:
+none:
 	result = Py_None;
 	Py_INCREF(result);
 	goto done;
 error:
 	result = NULL;
 done:
-	Py_XDECREF(carrier);
-	Py_XDECREF(first_line);
-	Py_XDECREF(line_text);
-	for (int i = 0; i < 3; i++)
-		Py_XDECREF(vals[i]);
-	PyBuffer_Release(&view);
+	head_clear(&h);
+	Py_DECREF(state);
+	Py_XDECREF(text);
+	Py_XDECREF(first);
+	Py_XDECREF(index);
+	Py_XDECREF(item);
+	Py_XDECREF(body_size);
+	Py_XDECREF(consumed);
+	Py_XDECREF(seq);
 	return result;
 }
 
@@ -261,6 +551,13 @@ static PyMethodDef http1_methods[] = {
 	{"head", head, METH_VARARGS,
 	 "head(buf, request, kept) -> fields of a whole, plain HTTP/1 head at buf's start, or "
 	 "None (not sure: parse with llhttp)"},
+	{"whole", (PyCFunction)(void (*)(void))whole, METH_FASTCALL,
+	 "whole(direction, data, state, pos, start_ns, end_ns, seq, tid, task) -> the finished "
+	 "frame of a syscall that is one plain message, or None with nothing changed "
+	 "(protocols/http1/parse.py whole is the reference)"},
+	{"setup", setup, METH_VARARGS,
+	 "setup(make_request, make_response, Sent, unknown_request, first_wanting, sent_limit, "
+	 "HTTP1State, _Stream): what whole() builds with, and the classes it reads by slot"},
 	{NULL, NULL, 0, NULL},
 };
 
@@ -278,6 +575,12 @@ PyMODINIT_FUNC PyInit_http1(void)
 			return NULL;
 	if (!(v10 = PyUnicode_InternFromString("1.0")) || !(v11 = PyUnicode_InternFromString("1.1")) ||
 	    !(empty = PyUnicode_InternFromString("")))
+		return NULL;
+	if (!(connect = PyUnicode_InternFromString("CONNECT")) ||
+	    !(head_method = PyUnicode_InternFromString("HEAD")))
+		return NULL;
+	if (!(mask32 = PyLong_FromUnsignedLong(0xFFFFFFFFUL)) || !(one = PyLong_FromLong(1)) ||
+	    !(zero = PyLong_FromLong(0)))
 		return NULL;
 	PyObject *m = PyModule_Create(&http1_module);
 	if (!m)

@@ -18,6 +18,7 @@ from otel_ebpf.protocols.base import (
     Role,
     SmallDeque,
 )
+from otel_ebpf import _fast
 from otel_ebpf.protocols.registry import Registry
 from otel_ebpf.telemetry import Stats
 
@@ -28,6 +29,24 @@ INFER_ATTEMPTS = 16  # data events per connection offered to inference before gi
 FOREVER_NS = 2**63 - 1
 MAX_PARSE_STEPS = 10_000  # per feed: a parser that never advances cannot hang the agent
 RESYNC_TAIL = 16  # bytes kept when resync finds nothing: a message start may be cut there
+# enum members as module constants: looking a member up on its class costs ~0.2 µs
+_INGRESS, _FRAME, _NEED_MORE = Direction.INGRESS, ParseResult.FRAME, ParseResult.NEED_MORE
+
+
+_compiled_ready = None  # the compiled module given the Chunk type
+
+
+def compiled_data():  # noqa: ANN201 (otel_ebpf/_fast/conn.c data, or None)
+    """The compiled step for a connection's usual data event (otel_ebpf/_fast/conn.c data:
+    on_data's whole-syscall case, this file the reference), or None on the pure Python path."""
+    global _compiled_ready
+    fast = _fast.conn
+    if fast is None:
+        return None
+    if _compiled_ready is not fast:
+        fast.setup(Connection, Stream, ConnInfo, ParserState, Chunk)
+        _compiled_ready = fast
+    return fast.data
 
 
 class FrameStart(NamedTuple):
@@ -43,7 +62,7 @@ class FrameStart(NamedTuple):
 class Connection:
     __slots__ = (
         "info", "parser", "state", "streams", "frame_start", "resync", "pending",
-        "infer_attempts", "unparsed", "last_ns", "tcp", "frames_out", "muted",
+        "infer_attempts", "unparsed", "last_ns", "tcp", "frames_out", "muted", "whole",
     )
     # (streams, frame_start, resync, pending, infer_attempts, unparsed: see _start_parsing)
 
@@ -63,6 +82,7 @@ class Connection:
         starts (what came before was the handshake's ciphertext)."""
         self.parser: ProtocolParser | None = None
         self.state: ParserState | None = None
+        self.whole = None  # the parser's one step for a whole syscall, when it has one
         self.streams = (Stream(), Stream())
         self.frame_start: list[FrameStart | None] = [None, None]
         self.resync = [False, False]  # bytes were lost: find a frame boundary first
@@ -78,6 +98,9 @@ class Connection:
         self.parser = parser
         self.state = parser.new_state(self.info)
         self.state.time_at = self._time_at
+        # optional (HTTP/1 has it): a syscall that is one whole plain message, framed and
+        # timed in one call; None from it means the general path
+        self.whole = getattr(parser, "whole", None)
 
     def _time_at(self, direction: Direction, offset: int) -> int:
         """Kernel time of the byte `offset` bytes into what `parse` is being shown."""
@@ -108,7 +131,7 @@ class Connection:
             return
         # A read's bytes are there when it returns (it may have blocked long before they
         # came); a write's bytes leave when it is called.
-        if direction is Direction.INGRESS:
+        if direction is _INGRESS:
             start_ns = end_ns
         if self.parser.transport == "datagram":  # type: ignore[union-attr]
             self._datagram(direction, pos, msg_len, payload, start_ns, end_ns, tid, task,
@@ -130,6 +153,19 @@ class Connection:
               and not stream.buf and not stream.queue and not stream.times
               and not self.resync[direction] and self.frame_start[direction] is None
               and not self.pending[direction]):
+            whole = self.whole
+            if whole is not None:
+                frame = whole(direction, payload, self.state, pos, start_ns, end_ns, seq, tid,
+                              task)
+                if frame is not None:  # what _whole leaves for such a frame
+                    if end > stream.known_end:
+                        stream.known_end = end
+                    stream.last_end_ns = end_ns
+                    stream.head = end
+                    self.state.frames[direction].append(frame)  # type: ignore[union-attr]
+                    if self.frames_out is not None:
+                        self.frames_out.append((self.info, frame))
+                    return
             # a Chunk of every field, without its __new__'s Python frame
             self._whole(direction, _tuple_new(Chunk, (pos, end, payload, start_ns, end_ns, seq,
                                                       tid, task)), stats)
@@ -153,7 +189,7 @@ class Connection:
         step = self.parser.parse(direction, view, self.state)  # type: ignore[union-attr]
         view.release()
         result, frame, consumed = step
-        if result is ParseResult.FRAME and frame is not None \
+        if result is _FRAME and frame is not None \
                 and consumed == chunk.end - chunk.pos:
             # stamped as _stamp_start and _finish_pending do: first and last byte its own
             frame.direction, frame.stream_pos = direction, chunk.pos
@@ -242,9 +278,9 @@ class Connection:
                     continue
                 result, frame, consumed = parser.parse(direction, view, state)
                 view.release()
-            if result is ParseResult.FRAME and frame is not None:
+            if result is _FRAME and frame is not None:
                 self._frame_done(direction, frame, consumed)
-            elif result is ParseResult.NEED_MORE:
+            elif result is _NEED_MORE:
                 if consumed <= 0:
                     if stream.hole_ahead():  # the bytes the parser waits for are lost
                         poke = self._lose_bytes(direction, stats)

@@ -10,10 +10,13 @@ from otel_ebpf.protocols.base import ConnInfo, Direction, Frame, NeutralSpan, Ro
 from otel_ebpf.protocols.registry import Registry
 from otel_ebpf.telemetry import Stats
 
-from .connection import Connection
+from .connection import Connection, compiled_data
 
 Key = tuple[int, int, int]
+_tuple_new = tuple.__new__  # a named tuple of every field, without its __new__'s Python frame
 LAST_READ_THREADS = 16384
+# enum members as module constants: looking a member up on its class costs ~0.2 µs
+_INGRESS = Direction.INGRESS
 
 
 class LastRead(NamedTuple):
@@ -63,6 +66,8 @@ class ConnTable:
         # reused once it dies, so a birth must not be seen before an earlier frame.
         self.observed: list[tuple[ConnInfo, Frame] | tuple[abi.TaskNew, LastRead | None]] = []
         self.last_read: OrderedDict[int, LastRead] = OrderedDict()  # by thread id
+        # the usual data event in one compiled call (False from it: on_data takes it)
+        self.fast_data = compiled_data()
 
     def __len__(self) -> int:
         return len(self.conns)
@@ -73,7 +78,7 @@ class ConnTable:
         stats = self.stats
         payload_bytes = 0  # counted once per batch: Stats.add takes a lock
         registry, conns, touched = self.registry, self.conns, self.touched
-        last_read = self.last_read
+        last_read, fast_data = self.last_read, self.fast_data
         for ev in events:
             if type(ev) is abi.DataEvent:
                 (key, tid, enter_ns, exit_ns, direction, pos, msg_len, tcp_seq, payload, peer,
@@ -84,15 +89,18 @@ class ConnTable:
                 else:
                     conns.move_to_end(key)
                 payload_bytes += len(payload) + len(tail)
-                conn.on_data(direction, pos, msg_len, payload, enter_ns, exit_ns, tcp_seq,
-                             registry, stats, tid, task, tail, tls, peer)
+                if fast_data is None or peer is not None or not fast_data(
+                        conn, direction, pos, msg_len, payload, enter_ns, exit_ns, tcp_seq, tid,
+                        task, tail, tls, stats):
+                    conn.on_data(direction, pos, msg_len, payload, enter_ns, exit_ns, tcp_seq,
+                                 registry, stats, tid, task, tail, tls, peer)
                 touched.add(key)
                 if conn.unparsed and not conn.muted:
                     conn.muted = True
                     self.to_mute.append(key)
-                if direction is Direction.INGRESS:
+                if direction is _INGRESS:
                     # what a thread read last: a loop callback creating a task works on it
-                    last_read[tid] = LastRead(key, pos, pos + msg_len, exit_ns)
+                    last_read[tid] = _tuple_new(LastRead, (key, pos, pos + msg_len, exit_ns))
                     last_read.move_to_end(tid)
                     if len(last_read) > LAST_READ_THREADS:
                         last_read.popitem(last=False)

@@ -48,6 +48,9 @@ CLIENT_RETENTION_NS = 120 * 10**9
 
 WireKey = tuple[str, int, str, int, int]  # client addr, port, server addr, port, request seq
 
+# enum members as module constants: looking a member up on its class costs ~0.2 µs
+_EGRESS, _CLIENT, _SERVER = Direction.EGRESS, Role.CLIENT, Role.SERVER
+
 
 @dataclass(slots=True, eq=False)
 class Request:
@@ -175,9 +178,9 @@ class Correlator:
         if conn.transport == "datagram":
             return  # messages, not requests: their spans carry a message_id instead
         role = conn.role
-        is_request = (frame.direction == Direction.EGRESS) == (role == Role.CLIENT)
+        is_request = (frame.direction == _EGRESS) == (role == _CLIENT)
         if not is_request:
-            if role == Role.SERVER:
+            if role == _SERVER:
                 self._server_answers(conn, frame)
             return
         conn_key = (conn.pid, conn.fd, conn.generation)
@@ -186,7 +189,7 @@ class Correlator:
         # port, TCP sequence number of the request's first byte (None: not known)
         if seq is None or not conn.remote_port:
             key = None
-        elif role == Role.SERVER:
+        elif role == _SERVER:
             key = (conn.remote_addr, conn.remote_port, conn.local_addr, conn.local_port, seq)
         else:
             key = (conn.local_addr, conn.local_port, conn.remote_addr, conn.remote_port, seq)
@@ -200,7 +203,7 @@ class Correlator:
             context = None if traceparent is None else parse_traceparent(traceparent)
             if context is not None:
                 req.remote_parent, req.evidence = context, "traceparent"
-        if role == Role.SERVER:
+        if role == _SERVER:
             self._server_request(req)
         else:
             self._client_request(req)
@@ -259,7 +262,7 @@ class Correlator:
     def _server_answers(self, conn: ConnInfo, frame: Frame) -> None:
         """The response's first byte ends its request's handling: the oldest unanswered
         request of the connection, or on a multiplexed one, the same exchange's."""
-        key = conn.key
+        key = (conn.pid, conn.fd, conn.generation)
         waiting = self.unanswered.get(key)
         if not waiting:
             return
@@ -315,7 +318,7 @@ class Correlator:
                 self.first_by_id.popitem(last=False)
 
     def _close_server(self, req: Request) -> None:
-        if req.role == Role.SERVER:
+        if req.role == _SERVER:
             reqs = self.open.get(req.pid)
             if reqs is not None and reqs.pop(id(req), None) is not None and not reqs:
                 del self.open[req.pid]
@@ -331,6 +334,7 @@ class Correlator:
         """Spans whose IDs are settled; the others wait (at most the window)."""
         now_ns = _now() if now_ns is None else now_ns
         ready: list[NeutralSpan] = []
+        take = self.requests.pop
         for span in spans:
             if span.message_id:
                 message_ids(span)
@@ -338,11 +342,13 @@ class Correlator:
                 continue
             req = None
             if span.request_pos is not None:
-                req = self.requests.pop((span.conn.key, span.request_pos), None)
+                conn = span.conn  # its key inline: a property is a Python call
+                req = take(((conn.pid, conn.fd, conn.generation), span.request_pos), None)
             if req is None:
                 ready.append(span)  # nothing seen of its request: random IDs later
                 continue
-            self._close_server(req)
+            if req.role == _SERVER:
+                self._close_server(req)
             if self._settle(span, req):
                 ready.append(span)
             else:
@@ -413,7 +419,7 @@ class Correlator:
                     span.links.append(SpanLink(t, target.span_id, {"otel_ebpf.link": link.name}))
             else:
                 span.links.append(link)
-        if req.role == Role.CLIENT and not req.matched and req.wire_key is not None \
+        if req.role == _CLIENT and not req.matched and req.wire_key is not None \
                 and req.remote_parent is None:
             trace_id, span_id = derived_ids(req.wire_key)
             span.links.append(SpanLink(trace_id, span_id, {ATTRIBUTE: "derived"}))

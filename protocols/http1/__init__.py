@@ -15,6 +15,8 @@ from ..base import (
     Record,
     Role,
 )
+from otel_ebpf import _fast
+
 from ..layers import HTTPLayer, layer_headers
 from . import parse as _parse
 from .parse import CONTEXT_HEADERS, HTTP1State, HTTPMessage, HTTPRequest, HTTPResponse
@@ -57,6 +59,14 @@ class HTTP1Parser(ProtocolParser):
         self, direction: Direction, buf: memoryview, state: HTTP1State
     ) -> tuple[ParseResult, Frame | None, int]:
         return _parse.parse(direction, buf, state, self.capture_headers)
+
+    @property
+    def whole(self):  # noqa: ANN201 (whole's signature)
+        """The tracker's one step for a whole syscall that is one plain message (None from
+        it: the general path): in C when compiled, and none on the pure Python path, whose
+        heads llhttp reads. parse.whole is the reference of the compiled one."""
+        fast = _fast.http1
+        return None if fast is None or self.capture_headers else _parse.compiled_whole(fast)
 
     def resync(self, direction: Direction, buf: memoryview, state: HTTP1State) -> int | None:
         return _parse.resync(direction, buf, state)

@@ -521,6 +521,99 @@ def _response_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) ->
     return _start_body(s, response, end, body, length)
 
 
+# --- a whole syscall's message ------------------------------------------------------------
+
+# frames of whole syscalls, built with their timing (see whole): no attribute set after
+_whole_request = positional_maker(HTTPRequest, (
+    "direction", "method", "target", "index", "carrier", "version", "host", "user_agent",
+    "content_type", "stream_pos", "start_ns", "end_ns", "tcp_seq", "tid", "task", "size",
+    "body_size"))
+_whole_response = positional_maker(HTTPResponse, (
+    "direction", "status", "reason", "index", "carrier", "version", "host", "user_agent",
+    "content_type", "stream_pos", "start_ns", "end_ns", "tcp_seq", "tid", "task", "size",
+    "body_size"))
+
+
+def whole(direction: Direction, data: bytes, state: HTTP1State, pos: int, start_ns: int,
+          end_ns: int, seq: int | None, tid: int, task: int) -> HTTPMessage | None:
+    """The usual event in one step: `data`, a syscall's every byte at an empty stream's
+    head, is one plain message (a head the compiled parser reads, its body skipped by
+    length, no layer wanting it). Returns that message's finished, timed frame, what
+    parse and the tracker's stamping give it; None, with nothing changed, for anything
+    else (the general path then runs)."""
+    kept = state.fast_kept
+    if kept is None or state.tunnel:
+        return None
+    s = state.streams[direction]
+    if s.body is not None or s.size:  # inside a message, or after an interim head
+        return None
+    if direction == state.requests:
+        fast = _fast.http1.head(data, True, kept)
+        if not fast:
+            return None
+        _, end, method, target, version, carrier, host, agent, ctype, clen = fast
+        if clen >= 0:
+            end += clen
+        if end != len(data) or (state.layers and first_wanting(state.layers, method, target)
+                                is not None):
+            return None
+        # _request_head's compiled branch, from here on
+        index = state.next_index
+        state.next_index = index + 1
+        sent = state.sent
+        if len(sent) >= SENT_LIMIT:
+            del sent[0]
+        sent.append(Sent(index, method, False, None))
+        return _whole_request(
+            direction, method, target, index, carrier, version, host, agent, ctype, pos,
+            start_ns, max(end_ns, start_ns), None if seq is None else seq & 0xFFFFFFFF, tid,
+            task, end, clen if clen >= 0 else None)
+    fast = _fast.http1.head(data, False, kept)
+    if not fast:
+        return None
+    _, end, status, reason, version, carrier, host, agent, ctype, clen = fast
+    if status < 200:  # interim, or 101 (a tunnel)
+        return None
+    sent = state.sent
+    request = sent[0] if sent else _UNKNOWN_REQUEST
+    if request.layer is not None or request.method == "CONNECT":
+        return None
+    if request.method == "HEAD" or status == 204 or status == 304:
+        body_size = None  # Body.NONE
+    elif clen >= 0:
+        body_size = clen
+        end += clen
+    else:
+        return None  # until the close
+    if end != len(data):
+        return None
+    # _response_head's compiled branch, from here on
+    if sent:
+        del sent[0]
+    if request.index > state.answered:
+        state.answered = request.index
+    if state.switch_pending:
+        state.switch_pending = any(r.switch for r in sent)
+    return _whole_response(
+        direction, status, reason, request.index, carrier, version, host, agent, ctype, pos,
+        start_ns, max(end_ns, start_ns), None if seq is None else seq & 0xFFFFFFFF, tid, task,
+        end, body_size)
+
+
+_compiled_ready = None  # the compiled module whose whole() was given its pieces
+
+
+def compiled_whole(fast):  # noqa: ANN001, ANN201 (the extension module and its function)
+    """`fast.whole` (otel_ebpf/_fast/http1.c), once it was given what it builds with: the
+    same makers, Sent and first_wanting as whole() above."""
+    global _compiled_ready
+    if _compiled_ready is not fast:
+        fast.setup(_whole_request, _whole_response, Sent, _UNKNOWN_REQUEST, first_wanting,
+                   SENT_LIMIT, HTTP1State, _Stream)
+        _compiled_ready = fast
+    return fast.whole
+
+
 # --- bodies ------------------------------------------------------------------------------
 
 

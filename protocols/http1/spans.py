@@ -26,11 +26,15 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 Attributes = dict[str, AttributeValue]
 
+# enum members as module constants: looking a member up on its class costs ~0.2 µs
+_SERVER_ROLE, _SERVER_KIND, _CLIENT_KIND = Role.SERVER, SpanKind.SERVER, SpanKind.CLIENT
+_ERROR, _UNSET = StatusCode.ERROR, StatusCode.UNSET
+
 
 def to_spans(record: HTTPRecord, conn: ConnInfo, capture_headers: bool = False) -> list[NeutralSpan]:
     request, response = record.request, record.response
-    server = conn.role == Role.SERVER
-    kind = SpanKind.SERVER if server else SpanKind.CLIENT
+    server = conn.role == _SERVER_ROLE
+    kind = _SERVER_KIND if server else _CLIENT_KIND
     # the attributes in the order the helpers below set them (_method, _connection, _url,
     # the side's, _message), each helper inlined where the common case is plain
     method = request.method
@@ -255,8 +259,8 @@ def _headers(prefix: str, message: HTTPRequest | HTTPResponse, attrs: Attributes
 def _status(record: HTTPRecord, kind: SpanKind) -> tuple[StatusCode, str | None]:
     """5xx fails both sides; 4xx fails only the client (semconv span status)."""
     if record.response is None:
-        return (StatusCode.ERROR, record.error) if record.error else (StatusCode.UNSET, None)
+        return (_ERROR, record.error) if record.error else (_UNSET, None)
     code = record.response.status
-    if code >= 500 or (code >= 400 and kind == SpanKind.CLIENT):
-        return StatusCode.ERROR, str(code)
-    return StatusCode.UNSET, None
+    if code >= 500 or (code >= 400 and kind == _CLIENT_KIND):
+        return _ERROR, str(code)
+    return _UNSET, None

@@ -1,0 +1,234 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* A connection's data event on the common path, in one call.
+ *
+ * data(conn, direction, pos, msg_len, payload, start_ns, end_ns, tcp_seq, tid, task, tail,
+ *      tls, stats) -> bool
+ *
+ * What otel_ebpf/conntrack/connection.py Connection.on_data does (the reference) when the
+ * event is the usual one: a syscall's every byte, no tail, right where an empty stream
+ * stands, on a connection whose parser has a one-call step for it (`conn.whole`, HTTP/1's
+ * otel_ebpf/_fast/http1.c whole). The step's frame is finished here as on_data finishes
+ * it; when the step declines, Connection._whole runs the general path, as on_data would.
+ * False, with nothing changed, for every other event: the caller runs on_data.
+ */
+#include "slots.h"
+
+/* set by setup(): the classes whose objects data() reads by slot, and Chunk */
+static PyTypeObject *conn_type, *stream_type, *info_type, *state_type;
+static PyObject *chunk_type, *s__whole;
+enum { C_WHOLE, C_UNPARSED, C_INFO, C_STREAMS, C_RESYNC, C_FRAME_START, C_PENDING, C_LAST_NS,
+       C_TCP, C_STATE, C_FRAMES_OUT, C_N };
+static struct slot conn_slots[C_N] = {
+	{"whole"}, {"unparsed"}, {"info"}, {"streams"}, {"resync"}, {"frame_start"},
+	{"pending"}, {"last_ns"}, {"tcp"}, {"state"}, {"frames_out"}};
+enum { S_STARTED, S_KNOWN_END, S_HEAD, S_BUF, S_QUEUE, S_TIMES, S_LAST_END_NS, S_N };
+static struct slot stream_slots[S_N] = {
+	{"started"}, {"known_end"}, {"head"}, {"buf"}, {"queue"}, {"times"}, {"last_end_ns"}};
+static struct slot info_tls = {"tls"}, state_frames = {"frames"};
+
+static PyObject *setup(PyObject *self, PyObject *args)
+{
+	PyObject *conn, *stream, *info, *state, *chunk;
+	if (!PyArg_ParseTuple(args, "O!O!O!O!O!", &PyType_Type, &conn, &PyType_Type, &stream,
+			      &PyType_Type, &info, &PyType_Type, &state, &PyType_Type, &chunk))
+		return NULL;
+	if (!PyType_IsSubtype((PyTypeObject *)chunk, &PyTuple_Type)) {
+		PyErr_SetString(PyExc_TypeError, "setup: Chunk must be a named tuple");
+		return NULL;
+	}
+	if (slots_of(conn, conn_slots, C_N) || slots_of(stream, stream_slots, S_N) ||
+	    slots_of(info, &info_tls, 1) || slots_of(state, &state_frames, 1))
+		return NULL;
+	PyObject **keep[] = {(PyObject **)&conn_type, (PyObject **)&stream_type,
+			     (PyObject **)&info_type, (PyObject **)&state_type, &chunk_type};
+	PyObject *values[] = {conn, stream, info, state, chunk};
+	for (int i = 0; i < 5; i++) {
+		Py_INCREF(values[i]);
+		Py_XSETREF(*keep[i], values[i]);
+	}
+	Py_RETURN_NONE;
+}
+
+/* item d of a tuple or list, borrowed; NULL (no error set) when it is not one of 2 */
+static inline PyObject *item_of(PyObject *pair, long d)
+{
+	if (pair && PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2)
+		return PyTuple_GET_ITEM(pair, d);
+	if (pair && PyList_CheckExact(pair) && PyList_GET_SIZE(pair) == 2)
+		return PyList_GET_ITEM(pair, d);
+	return NULL;
+}
+
+/* the length of a list (a SmallDeque) or bytearray slot; -1: neither */
+static inline Py_ssize_t held(PyObject *v)
+{
+	if (v && PyList_Check(v))
+		return PyList_GET_SIZE(v);
+	if (v && PyByteArray_Check(v))
+		return PyByteArray_GET_SIZE(v);
+	return -1;
+}
+
+/* a Chunk of these fields, built as tuple.__new__ builds it */
+static PyObject *new_chunk(PyObject *const *fields)
+{
+	PyObject *t = ((PyTypeObject *)chunk_type)->tp_alloc((PyTypeObject *)chunk_type, 8);
+	if (!t)
+		return NULL;
+	for (int i = 0; i < 8; i++) {
+		Py_INCREF(fields[i]);
+		PyTuple_SET_ITEM(t, i, fields[i]);
+	}
+	return t;
+}
+
+static PyObject *data(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+	if (nargs != 13) {
+		PyErr_SetString(PyExc_TypeError,
+				"data(conn, direction, pos, msg_len, payload, start_ns, end_ns, "
+				"tcp_seq, tid, task, tail, tls, stats)");
+		return NULL;
+	}
+	if (!chunk_type) {
+		PyErr_SetString(PyExc_RuntimeError, "data: setup() was not called");
+		return NULL;
+	}
+	PyObject *conn = args[0], *direction = args[1], *pos = args[2], *msg_len = args[3],
+		 *payload = args[4], *start_ns = args[5], *end_ns = args[6], *tail = args[10];
+	if (!Py_IS_TYPE(conn, conn_type) || !PyBytes_Check(payload) || !PyBytes_Check(tail) ||
+	    PyBytes_GET_SIZE(tail))
+		Py_RETURN_FALSE; /* a tail: two chunks, on_data's */
+	PyObject *whole = slot_get(conn, &conn_slots[C_WHOLE]);
+	PyObject *info = slot_get(conn, &conn_slots[C_INFO]);
+	PyObject *state = slot_get(conn, &conn_slots[C_STATE]);
+	if (!whole || whole == Py_None || slot_get(conn, &conn_slots[C_UNPARSED]) != Py_False ||
+	    !info || !Py_IS_TYPE(info, info_type) || !state || !PyObject_TypeCheck(state, state_type))
+		Py_RETURN_FALSE;
+	PyObject *tls = slot_get(info, &info_tls);
+	if (!tls || !PyBool_Check(tls) || !PyBool_Check(args[11]) || tls != args[11])
+		Py_RETURN_FALSE; /* TLS plaintext starting, or ciphertext after it */
+	long d = direction == Py_False || direction == Py_True ? -1 : PyLong_AsLong(direction);
+	if (d == -1 && PyErr_Occurred())
+		return NULL;
+	if (d != 0 && d != 1)
+		Py_RETURN_FALSE;
+	if (d == 1) /* INGRESS: a read's bytes are there when it returns */
+		start_ns = end_ns;
+	PyObject *stream = item_of(slot_get(conn, &conn_slots[C_STREAMS]), d);
+	if (!stream || !Py_IS_TYPE(stream, stream_type) ||
+	    slot_get(stream, &stream_slots[S_STARTED]) != Py_True)
+		Py_RETURN_FALSE;
+	PyObject *known_end = slot_get(stream, &stream_slots[S_KNOWN_END]);
+	PyObject *head = slot_get(stream, &stream_slots[S_HEAD]);
+	if (!known_end || !head || !PyLong_CheckExact(pos) || !PyLong_CheckExact(msg_len))
+		Py_RETURN_FALSE;
+	/* past the furthest byte seen: on_data counts the gap */
+	int past = PyObject_RichCompareBool(pos, known_end, Py_GT);
+	int at = past ? 0 : PyObject_RichCompareBool(pos, head, Py_EQ);
+	if (past < 0 || at < 0)
+		return NULL;
+	Py_ssize_t n = PyLong_AsSsize_t(msg_len);
+	if (n == -1 && PyErr_Occurred())
+		return NULL;
+	/* pos == stream.head, every byte captured, the stream holding nothing */
+	if (past || !at || n <= 0 || PyBytes_GET_SIZE(payload) != n ||
+	    held(slot_get(stream, &stream_slots[S_BUF])) != 0 ||
+	    held(slot_get(stream, &stream_slots[S_QUEUE])) != 0 ||
+	    held(slot_get(stream, &stream_slots[S_TIMES])) != 0)
+		Py_RETURN_FALSE;
+	PyObject *resync = item_of(slot_get(conn, &conn_slots[C_RESYNC]), d);
+	PyObject *frame_start = item_of(slot_get(conn, &conn_slots[C_FRAME_START]), d);
+	PyObject *pending = item_of(slot_get(conn, &conn_slots[C_PENDING]), d);
+	PyObject *tcp = slot_get(conn, &conn_slots[C_TCP]);
+	PyObject *out = slot_get(conn, &conn_slots[C_FRAMES_OUT]);
+	PyObject *frames = item_of(slot_get(state, &state_frames), d);
+	if (resync != Py_False || frame_start != Py_None || held(pending) != 0 || !tcp ||
+	    !PyBool_Check(tcp) || !out || (out != Py_None && !PyList_Check(out)) || !frames ||
+	    !PyList_Check(frames))
+		Py_RETURN_FALSE;
+
+	/* on_data's fast case, from here on */
+	slot_set(conn, &conn_slots[C_LAST_NS], end_ns);
+	PyObject *seq = tcp == Py_True ? args[7] : Py_None;
+	PyObject *end = PyNumber_Add(pos, msg_len);
+	if (!end)
+		return NULL;
+	Py_INCREF(conn); /* held while Python code runs */
+	Py_INCREF(stream);
+	Py_INCREF(info);
+	Py_INCREF(frames);
+	PyObject *result = NULL, *call[9] = {direction, payload, state, pos, start_ns, end_ns,
+					    seq, args[8], args[9]};
+	PyObject *frame = PyObject_Vectorcall(whole, call, 9, NULL);
+	if (!frame)
+		goto done;
+	if (frame == Py_None) { /* the general path: Connection._whole with the Chunk */
+		PyObject *fields[8] = {pos, end, payload, start_ns, end_ns, seq, args[8], args[9]};
+		PyObject *chunk = new_chunk(fields);
+		if (!chunk)
+			goto done;
+		PyObject *margs[4] = {conn, direction, chunk, args[12]};
+		PyObject *v = PyObject_VectorcallMethod(s__whole, margs,
+							4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+		Py_DECREF(chunk);
+		if (!v)
+			goto done;
+		Py_DECREF(v);
+		result = Py_True;
+		goto done;
+	}
+	/* what _whole leaves for such a frame */
+	int further = PyObject_RichCompareBool(end, known_end, Py_GT);
+	if (further < 0)
+		goto done;
+	if (further)
+		slot_set(stream, &stream_slots[S_KNOWN_END], end);
+	slot_set(stream, &stream_slots[S_LAST_END_NS], end_ns);
+	slot_set(stream, &stream_slots[S_HEAD], end);
+	if (PyList_Append(frames, frame) < 0)
+		goto done;
+	if (out != Py_None) {
+		PyObject *finished = PyTuple_Pack(2, info, frame);
+		if (!finished)
+			goto done;
+		int r = PyList_Append(out, finished);
+		Py_DECREF(finished);
+		if (r < 0)
+			goto done;
+	}
+	result = Py_True;
+done:
+	Py_XINCREF(result);
+	Py_XDECREF(frame);
+	Py_DECREF(end);
+	Py_DECREF(conn);
+	Py_DECREF(stream);
+	Py_DECREF(info);
+	Py_DECREF(frames);
+	return result;
+}
+
+static PyMethodDef conn_methods[] = {
+	{"data", (PyCFunction)(void (*)(void))data, METH_FASTCALL,
+	 "data(conn, direction, pos, msg_len, payload, start_ns, end_ns, tcp_seq, tid, task, "
+	 "tail, tls, stats) -> True when the event was the usual one and is done, False (nothing "
+	 "changed) when Connection.on_data must take it"},
+	{"setup", setup, METH_VARARGS,
+	 "setup(Connection, Stream, ConnInfo, ParserState, Chunk): the classes data() reads "
+	 "by slot, and the chunk type it builds"},
+	{NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef conn_module = {
+	PyModuleDef_HEAD_INIT, "otel_ebpf._fast.conn",
+	"A connection's usual data event in C; otel_ebpf/conntrack/connection.py is the reference.",
+	-1, conn_methods,
+};
+
+PyMODINIT_FUNC PyInit_conn(void)
+{
+	if (!(s__whole = PyUnicode_InternFromString("_whole")))
+		return NULL;
+	return PyModule_Create(&conn_module);
+}
