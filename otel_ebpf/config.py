@@ -580,48 +580,12 @@ _RECEIVER = _Map(
         }),
         "protocols": _Map(
             {
-                "enabled": _List(
-                    _Str(expected="a protocol name"), "a list of protocol names",
-                    ("http1", "http2", "rtps", "llm", "vectordb", "mcp"),
-                ),
-                "http1": _Map(
-                    {
-                        "response_timeout": _Duration("1ms", "1h", "30s"),
-                        "capture_headers": _Bool(False),
-                    },
-                    extra=_Any(),  # newer http1 options: the parser validates them
-                ),
-                "http2": _Map(
-                    {
-                        "response_timeout": _Duration("1ms", "1h", "30s"),
-                        "capture_headers": _Bool(False),
-                        "max_streams": _Int(1, 65536, 1024),  # open streams per connection
-                    },
-                    extra=_Any(),  # newer http2 options: the parser validates them
-                ),
-                "llm": _Map(
-                    {
-                        "capture_content": _Bool(False),
-                        "max_content_bytes": _Int(2, 1 << 20, 4096),
-                        "body_limit": _Int(0, 1 << 26, 1 << 20),
-                    },
-                    extra=_Any(),  # provider, extra_paths: the layer validates them
-                ),
-                "mcp": _Map(
-                    {
-                        "capture_content": _Bool(False),
-                        "max_content_bytes": _Int(2, 1 << 20, 4096),
-                        "paths": _List(_Str(expected="a request path"), "a list of paths",
-                                       ("/mcp",)),
-                        "sse_paths": _List(_Str(expected="a request path"), "a list of paths",
-                                           ("/sse",)),
-                        "message_paths": _List(_Str(expected="a request path"),
-                                               "a list of paths", ("/messages",)),
-                    },
-                    extra=_Any(),  # body_limit, max_pending: the layer validates them
-                ),
+                # absent: the installed protocols that are on by default (entry points)
+                "enabled": _List(_Str(expected="a protocol name"), "a list of protocol names",
+                                 _ABSENT),
             },
-            extra=_AnyMap(),  # protocols.<name>: options of other parsers, checked by them
+            # protocols.<name>: a plugin's options, checked against its own option_schema
+            extra=_AnyMap(),
         ),
     }
 )
@@ -1160,18 +1124,21 @@ def _load(raw: Any, environ: Mapping[str, str]) -> Config:
     raw = _expand_tree(raw, (), environ, ctx)
     _apply_env(raw, environ, ctx)
     cfg = _build(_SCHEMA.check(raw, (), ctx))
-    _check_plugins(cfg.receiver, ctx)
-    cfg = dataclasses.replace(cfg, receiver=_api_server(cfg.receiver, environ, ctx))
+    receiver = _check_plugins(cfg.receiver, ctx)
+    cfg = dataclasses.replace(cfg, receiver=_api_server(receiver, environ, ctx))
     return cfg
 
 
-def _check_plugins(r: EbpfReceiver, ctx: _Ctx) -> None:
+def _check_plugins(r: EbpfReceiver, ctx: _Ctx) -> EbpfReceiver:
     """Every enabled protocol is installed, and every parser and layer takes its options:
     each is built once here, as the agent will build it, so that a bad value is a config
-    error at load time (exit 2, before privileges are needed), not one inside the agent."""
+    error at load time (exit 2, before privileges are needed), not one inside the agent.
+    Returns the receiver with each v2 plugin's options typed by its schema."""
+    from otel_ebpf.protocols.base import typed_options  # noqa: PLC0415
     from otel_ebpf.protocols.registry import PluginOptionsError, build  # noqa: PLC0415
     plugins = _installed_plugins()
     installed = ", ".join(sorted(plugins)) or "none"
+    typed = copy.deepcopy(r.protocol_options)
     seen: set[str] = set()
     for i, name in enumerate(r.protocols_enabled):
         at = (*_PROTOCOLS_PATH, "enabled", i)
@@ -1191,7 +1158,15 @@ def _check_plugins(r: EbpfReceiver, ctx: _Ctx) -> None:
         try:
             build(name, plugins[name], options)
         except PluginOptionsError as exc:
+            if exc.option is not None:  # a schema's refusal: key, expected and got as said
+                key = exc.option.key.partition(".")[2]
+                ctx.fail((*_PROTOCOLS_PATH, name, key), exc.option.expected, exc.option.got)
             ctx.fail(*_plugin_failure(name, exc.reason))
+        if getattr(plugins[name], "option_schema", None) is not None:
+            given = r.protocol_options.get(name, {})
+            typed[name] = {k: v for k, v in typed_options(plugins[name], given).items()
+                           if k != "correlation_headers"}
+    return dataclasses.replace(r, protocol_options=typed)
 
 
 _KEYED_REASON = re.compile(r"([A-Za-z0-9_]+): (.*)", re.S)
@@ -1223,11 +1198,20 @@ def _plugin_failure(name: str, reason: str) -> tuple[tuple[str, ...], str, str |
 
 
 def _protocol_options(protocols: dict) -> dict[str, dict]:
-    out = {k: copy.deepcopy(v) for k, v in protocols.items() if k != "enabled"}
-    for name in ("http1", "http2"):  # the parsers take seconds, the file a duration
-        options = out[name]
-        out[name] = {"response_timeout_s": options.pop("response_timeout"), **options}
-    return out
+    return {k: copy.deepcopy(v) for k, v in protocols.items() if k != "enabled"}
+
+
+def _default_protocols() -> tuple[str, ...]:
+    from otel_ebpf.protocols.registry import default_protocols  # noqa: PLC0415
+    return default_protocols()
+
+
+def _default_protocol_options() -> dict[str, dict]:
+    """Each default protocol's options at their defaults (from its option_schema)."""
+    from otel_ebpf.protocols.options import defaults  # noqa: PLC0415
+    plugins = _installed_plugins()
+    return {name: defaults(plugins[name].option_schema) for name in _default_protocols()
+            if getattr(plugins[name], "option_schema", None) is not None}
 
 
 _D = _RECEIVER.check({}, ("receivers", "ebpf"), _Ctx())  # the receiver's defaults
@@ -1284,11 +1268,11 @@ class EbpfReceiver:
     pod_metadata_token_file: str = _D["kubernetes"]["metadata"]["token_file"]
     pod_metadata_ca_file: str = _D["kubernetes"]["metadata"]["ca_file"]
     pod_metadata_insecure: bool = _D["kubernetes"]["metadata"]["insecure_skip_verify"]
-    protocols_enabled: tuple[str, ...] = tuple(_D["protocols"]["enabled"])
-    # parser name -> its options; http1's and http2's with response_timeout_s (seconds)
-    protocol_options: dict[str, dict] = field(
-        default_factory=lambda: _protocol_options(_D["protocols"])
-    )
+    # the protocols on by default (each plugin's default_enabled) unless the config says
+    protocols_enabled: tuple[str, ...] = field(default_factory=_default_protocols)
+    # plugin name -> the options the file or environment gave it (typed by the plugin's
+    # option_schema once loaded: durations as seconds, sizes as bytes)
+    protocol_options: dict[str, dict] = field(default_factory=_default_protocol_options)
 
     def plugin_options(self) -> dict[str, dict]:
         """The options each parser and layer is built with: its `protocols.<name>` section
@@ -1394,7 +1378,8 @@ def _build(tree: dict) -> Config:
             pod_metadata_token_file=e["kubernetes"]["metadata"]["token_file"],
             pod_metadata_ca_file=e["kubernetes"]["metadata"]["ca_file"],
             pod_metadata_insecure=e["kubernetes"]["metadata"]["insecure_skip_verify"],
-            protocols_enabled=tuple(e["protocols"]["enabled"]),
+            protocols_enabled=(tuple(e["protocols"]["enabled"]) if "enabled" in e["protocols"]
+                               else _default_protocols()),
             protocol_options=_protocol_options(e["protocols"]),
         ),
         processors=Processors(batch["send_batch_size"], batch["timeout"], batch["max_queue_size"]),
