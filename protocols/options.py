@@ -270,6 +270,8 @@ def resolve(name: str, schema: Schema, options: Mapping[str, Any] | None) -> dic
     out: dict[str, Any] = {}
     for key, value in given.items():
         option = schema.get(key)
+        if value is None and option is not None:  # `key:` left empty: the default, as YAML
+            continue
         if option is None:
             if key in AGENT_OPTIONS:
                 out[key] = value

@@ -29,11 +29,8 @@ __all__ = ["H2Message", "H2Record", "H2Request", "H2Response", "HTTP2Parser", "H
 
 
 class HTTP2Parser(ProtocolParser):
-    """Options: response_timeout_s (float, 30: a request with no answer begun by then
-    ends as a timeout; answers under way may stream for longer), capture_headers (bool,
-    False: headers and gRPC metadata as span attributes, secrets never), max_streams
-    (open streams tracked per connection, 1024), correlation_headers (header names whose
-    values link spans, default [x-request-id])."""
+    """HTTP/2 and gRPC over a stream (h2c, prior knowledge). correlation_headers (from the
+    agent): header names whose values link spans, default [x-request-id]."""
 
     name = "http2"
     transport = "stream"
