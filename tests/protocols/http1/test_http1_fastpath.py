@@ -19,7 +19,7 @@ from otel_ebpf.protocols.http1 import parse as http1_parse
 from otel_ebpf.protocols.registry import Registry
 from otel_ebpf.telemetry import Stats
 
-from tests.protocols.conftest import conn_info
+from otel_ebpf.protocols.testing import conn_info
 
 if _fast.PURE_PYTHON:
     pytest.skip("OTEL_EBPF_PURE_PYTHON=1: no compiled path to compare", allow_module_level=True)
