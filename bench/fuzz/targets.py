@@ -26,16 +26,17 @@ with atheris.instrument_imports(include=["otel_ebpf"]):
     from otel_ebpf.protocols.llm.endpoints import BUILTIN
     from otel_ebpf.protocols.llm.eventstream import encode_frame
     from otel_ebpf.protocols.mcp import MCPLayer
+    from otel_ebpf.protocols.registry import available_fuzz_targets
     from otel_ebpf.protocols.rtps import RTPSParser
     from otel_ebpf.protocols.vectordb import CAPTURE_PREFIXES, VectorDBLayer
 
     import otel_ebpf.conntrack.connection  # noqa: F401  (the tracker around the parser)
-    from otel_ebpf.protocols.registry import available_fuzz_targets
 
     # every registered target, loaded (so imported) under the instrumentation
     FUZZ_TARGETS = {n: t for n, t in available_fuzz_targets().items() if n in REGISTERED}
 
 # the same seed pieces the CI property tests use, so the fuzzer starts deep in each protocol
+from otel_ebpf.protocols.http1.fuzz import EXCHANGES, FRAGMENTS  # noqa: E402
 from otel_ebpf.protocols.testing import (  # noqa: E402
     GAPS,
     MAX_STEPS,
@@ -44,7 +45,7 @@ from otel_ebpf.protocols.testing import (  # noqa: E402
     fuzz_chunk,
     fuzz_stream,
 )
-from otel_ebpf.protocols.http1.fuzz import EXCHANGES, FRAGMENTS  # noqa: E402
+
 from tests.protocols.http2.test_http2_fuzz import _fragments as http2_fragments  # noqa: E402
 from tests.protocols.llm.test_llm_fuzz import (  # noqa: E402
     EVENT_TYPES,
@@ -55,7 +56,6 @@ from tests.protocols.llm.test_llm_fuzz import (  # noqa: E402
 from tests.protocols.mcp import wire as mcp_wire  # noqa: E402
 from tests.protocols.rtps import wire as rtps_wire  # noqa: E402
 from tests.protocols.rtps.test_rtps_fuzz import DATAGRAMS  # noqa: E402
-
 
 
 class Totals:

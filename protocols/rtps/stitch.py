@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import OrderedDict, deque
-from ..common import BoundedTable
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ..base import ConnInfo, Direction, ParserState, Record, Role
+from ..common import BoundedTable
 from . import payload as pl
 from .discovery import DISCOVERY_WRITERS, Discovery
 from .names import Names, RosKind

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 from otel_ebpf.protocols.base import Direction, Role
 from otel_ebpf.protocols.http1 import HTTP1Parser
-
 from otel_ebpf.protocols.testing import ConnectionDriver, EchoLayer, conn_info
 
 OUT, IN = Direction.EGRESS, Direction.INGRESS

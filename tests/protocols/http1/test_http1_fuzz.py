@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 from otel_ebpf.protocols.base import Direction, ParseResult, Role
 from otel_ebpf.protocols.http1 import HTTP1Parser
 from otel_ebpf.protocols.http1.fuzz import EXCHANGES, FRAGMENTS
-
 from otel_ebpf.protocols.testing import EchoLayer
 
 parser = HTTP1Parser({"capture_headers": True})

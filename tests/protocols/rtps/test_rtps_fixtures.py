@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from otel_ebpf.protocols.base import Direction, Role, SpanKind
 from otel_ebpf.protocols.rtps import RTPSParser
-
 from otel_ebpf.protocols.testing import ConnectionDriver, conn_info
 
 FIXTURES = Path(__file__).parent / "fixtures"

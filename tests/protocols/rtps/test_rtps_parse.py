@@ -8,7 +8,6 @@ from otel_ebpf.protocols.base import Direction, ParseResult, Role
 from otel_ebpf.protocols.rtps import RTPSParser
 from otel_ebpf.protocols.rtps import parse as P
 from otel_ebpf.protocols.rtps import payload as pl
-
 from otel_ebpf.protocols.testing import conn_info
 
 from . import wire as w

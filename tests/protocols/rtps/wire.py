@@ -7,7 +7,6 @@ from __future__ import annotations
 import struct
 
 from otel_ebpf.protocols.base import Direction, Role
-
 from otel_ebpf.protocols.testing import ConnectionDriver, conn_info
 
 CYCLONE, FASTDDS = 0x0110, 0x010F
