@@ -38,15 +38,6 @@ def available_layers() -> dict[str, type[HTTPLayer]]:
     return _load(LAYER_ENTRY_POINT_GROUP)
 
 
-FUZZ_ENTRY_POINT_GROUP = "otel_ebpf.fuzz_targets"
-
-
-def available_fuzz_targets() -> dict[str, Any]:
-    """Fuzz targets (otel_ebpf.protocols.testing.FuzzTarget) by name: what bench/fuzz and
-    the test suite run, for every protocol that registers one."""
-    return _load(FUZZ_ENTRY_POINT_GROUP)
-
-
 def default_protocols() -> tuple[str, ...]:
     """The parsers, then the layers, that declare themselves on by default
     (`default_enabled`), each kind by `default_rank` (the order parsers are asked to infer

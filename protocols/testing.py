@@ -1,7 +1,8 @@
 """A public test kit for protocol parsers and layers: drive one through the agent's real
 connection tracker (otel_ebpf.conntrack) as the agent does, with positioned bytes, cut
 captures, lost bytes, timing and close; and declare the parser's fuzz target, which
-bench/fuzz and the test suite find by entry point (`otel_ebpf.fuzz_targets`).
+bench/fuzz and the test suite find beside the parser (`TARGET` in its package's fuzz.py;
+see otel_ebpf.protocols.fuzz_targets).
 
     from otel_ebpf.protocols.testing import REQ, RESP, conn_info, run_exchange
     driver = run_exchange(MyParser(), conn_info(), [(REQ, b"PING\r\n"), (RESP, b"+PONG\r\n")],
@@ -12,7 +13,7 @@ bench/fuzz and the test suite find by entry point (`otel_ebpf.fuzz_targets`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from otel_ebpf.conntrack.connection import FOREVER_NS, Connection
 from otel_ebpf.telemetry import Stats
@@ -164,8 +165,8 @@ MAX_STEPS = 24  # syscalls per input: long enough for pipelining, short enough t
 
 @dataclass(frozen=True)
 class FuzzTarget:
-    """A parser's (or layer's) coverage-guided fuzz target, registered under the entry-point
-    group `otel_ebpf.fuzz_targets`. Either `make` and `pieces`: fuzzer bytes become a script
+    """A parser's (or layer's) coverage-guided fuzz target: `TARGET` in the fuzz.py of its
+    package (otel_ebpf.protocols.fuzz_targets finds it). Either `make` and `pieces`: fuzzer bytes become a script
     of syscalls on one stream connection (`fuzz_stream`), chunks cut from `pieces` or raw;
     or `run(fdp) -> [ConnectionDriver]` for a target that scripts its own connections (an
     atheris.FuzzedDataProvider in, the drivers it fed out). No exception may escape."""
@@ -175,7 +176,6 @@ class FuzzTarget:
     run: Callable[..., list[ConnectionDriver]] | None = None
     # inputs the test suite's short run feeds (tests/protocols/test_fuzz_targets.py)
     ci_runs: int = 4000
-    notes: dict[str, str] = field(default_factory=dict)
 
     def one(self) -> Callable[..., list[ConnectionDriver]]:
         """What one input does (the pieces are made once)."""

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import atheris
 
-from bench.fuzz import REGISTERED, TARGETS
+from bench.fuzz import REFS, TARGETS
 
 with atheris.instrument_imports(include=["otel_ebpf"]):
     import otel_ebpf.protocols.http1.parse  # noqa: F401  (both head paths)
@@ -26,14 +26,15 @@ with atheris.instrument_imports(include=["otel_ebpf"]):
     from otel_ebpf.protocols.llm.endpoints import BUILTIN
     from otel_ebpf.protocols.llm.eventstream import encode_frame
     from otel_ebpf.protocols.mcp import MCPLayer
-    from otel_ebpf.protocols.registry import available_fuzz_targets
     from otel_ebpf.protocols.rtps import RTPSParser
     from otel_ebpf.protocols.vectordb import CAPTURE_PREFIXES, VectorDBLayer
 
     import otel_ebpf.conntrack.connection  # noqa: F401  (the tracker around the parser)
 
-    # every registered target, loaded (so imported) under the instrumentation
-    FUZZ_TARGETS = {n: t for n, t in available_fuzz_targets().items() if n in REGISTERED}
+    from otel_ebpf.protocols.fuzz_targets import load_fuzz_target
+
+    # every registered target, loaded (so its parser imported) under the instrumentation
+    FUZZ_TARGETS = {name: load_fuzz_target(ref) for name, ref in REFS.items()}
 
 # the same seed pieces the CI property tests use, so the fuzzer starts deep in each protocol
 from otel_ebpf.protocols.http1.fuzz import EXCHANGES, FRAGMENTS  # noqa: E402
