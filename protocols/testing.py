@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from otel_ebpf.conntrack.connection import FOREVER_NS, Connection
+from otel_ebpf.conntrack.connection import FOREVER_NS, Connection, fill_correlation
 from otel_ebpf.telemetry import Stats
 
 from .base import ConnInfo, Direction, NeutralSpan, ProtocolParser, Record, Role
@@ -90,7 +90,15 @@ class ConnectionDriver:
         self.records += self.connection.stitch(now_ns)
 
     def spans(self) -> list[NeutralSpan]:
-        return [span for r in self.records for span in self.parser.to_spans(r, self.conn)]
+        """The records' spans as the agent makes them (Connection.collect: the exchange's
+        span gets the correlation fields of the record's request and response frames)."""
+        out: list[NeutralSpan] = []
+        for record in self.records:
+            made = self.parser.to_spans(record, self.conn)
+            if made and made[0].request_pos is None and self.connection.tcp:
+                fill_correlation(made[0], record)
+            out += made
+        return out
 
 
 class EchoLayer(HTTPLayer):

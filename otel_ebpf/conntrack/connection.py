@@ -329,7 +329,7 @@ class Connection:
         for record in self.stitch(now_ns):
             made = self.parser.to_spans(record, self.info)  # type: ignore[union-attr]
             if made and made[0].request_pos is None and self.tcp:
-                _fill_correlation(made[0], record)
+                fill_correlation(made[0], record)
             spans.extend(made)
         return spans
 
@@ -357,7 +357,7 @@ class Connection:
         return self.collect(FOREVER_NS)
 
 
-def _fill_correlation(span: NeutralSpan, record: Record) -> None:
+def fill_correlation(span: NeutralSpan, record: Record) -> None:
     """request_seq, request_pos and response_seq from the frames a record names `request`
     and `response` (a parser's spans need not copy them, and a span without them is
     joined to no trace)."""
