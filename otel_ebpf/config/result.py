@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +35,37 @@ _P = _PROCESSORS.check({}, ("processors",), _Ctx())["batch"]
 _T = _TELEMETRY.check({}, (), _Ctx())
 
 
+def _key(*path: str, convert: Callable[[Any], Any] | None = None) -> Any:
+    """A receiver field read from `receivers.ebpf.<path>`: its default is the schema's (the
+    key's type, bounds and default are declared there, once), and `_build` reads it by the
+    same path, so no key is spelled out a second time."""
+    default = _D
+    for key in path:
+        default = default[key]
+    if convert is not None:
+        default = convert(default)
+    return field(default=default, metadata={"path": path, "convert": convert})
+
+
+def _keyed(e: dict) -> dict[str, Any]:
+    """The receiver's `_key` fields from the checked tree, by the paths they declare."""
+    out = {}
+    for f in dataclasses.fields(EbpfReceiver):
+        path = f.metadata.get("path")
+        if path is None:
+            continue
+        value = e
+        for key in path:
+            value = value[key]
+        convert = f.metadata["convert"]
+        out[f.name] = convert(value) if convert is not None else value
+    return out
+
+
+def _lower_tuple(names: list[str]) -> tuple[str, ...]:
+    return tuple(n.lower() for n in names)
+
+
 @dataclass(frozen=True, slots=True)
 class Targets:
     """What to trace: a connection whose process has one of the pids, or one of the names,
@@ -50,38 +83,38 @@ class Targets:
 @dataclass(frozen=True, slots=True)
 class EbpfReceiver:
     targets: Targets = Targets()
-    capture_max_bytes: int = _D["capture"]["max_bytes"]
-    capture_llm_max_bytes: int = _D["capture"]["llm_max_bytes"]
-    capture_llm_tail_bytes: int = _D["capture"]["llm_tail_bytes"]
-    ring_buffer_size_mib: int = _D["ring_buffer"]["size_mib"]
-    poll_interval_s: float = _D["ring_buffer"]["poll_interval"]
-    wakeup_fill_percent: int = _D["ring_buffer"]["wakeup_fill_percent"]
-    max_connections: int = _D["connections"]["max"]
-    idle_timeout_s: float = _D["connections"]["idle_timeout"]
-    correlation_window_s: float = _D["correlation"]["window"]
-    correlation_headers: tuple[str, ...] = tuple(_D["correlation"]["headers"])
-    correlation_asyncio_tasks: bool = _D["correlation"]["asyncio_tasks"]
-    tls_openssl: bool = _D["tls"]["openssl"]
-    profiling_frequency: int = _D["profiling"]["frequency"]
-    profiling_interval_s: float = _D["profiling"]["interval"]
-    profiling_unwind_tables: bool = _D["profiling"]["unwind_tables"]
-    profiling_unwind_table_mib: int = _D["profiling"]["unwind_table_mib"]
-    rdma_enabled: bool = _D["rdma"]["enabled"]
-    rdma_sysfs_root: str = _D["rdma"]["sysfs_root"]
-    rdma_interval_s: float = _D["rdma"]["interval"]
-    gpu_enabled: bool = _D["gpu"]["enabled"]
-    gpu_scan_interval_s: float = _D["gpu"]["scan_interval"]
-    gpu_libraries: tuple[str, ...] = tuple(_D["gpu"]["libraries"])
-    redact_query_params: tuple[str, ...] = tuple(_D["redaction"]["query_params"])
-    command_args: bool = _D["resource_attributes"]["process.command_args"]["enabled"]
-    sampling_ratio: float = _D["sampling"]["ratio"]
-    k8s_node_name: str = _D["kubernetes"]["node_name"]
-    pod_metadata_source: str = _D["kubernetes"]["metadata"]["source"]  # none|kubelet|api_server
-    pod_metadata_endpoint: str = _D["kubernetes"]["metadata"]["endpoint"]
-    pod_metadata_interval_s: float = _D["kubernetes"]["metadata"]["interval"]
-    pod_metadata_token_file: str = _D["kubernetes"]["metadata"]["token_file"]
-    pod_metadata_ca_file: str = _D["kubernetes"]["metadata"]["ca_file"]
-    pod_metadata_insecure: bool = _D["kubernetes"]["metadata"]["insecure_skip_verify"]
+    capture_max_bytes: int = _key("capture", "max_bytes")
+    capture_llm_max_bytes: int = _key("capture", "llm_max_bytes")
+    capture_llm_tail_bytes: int = _key("capture", "llm_tail_bytes")
+    ring_buffer_size_mib: int = _key("ring_buffer", "size_mib")
+    poll_interval_s: float = _key("ring_buffer", "poll_interval")
+    wakeup_fill_percent: int = _key("ring_buffer", "wakeup_fill_percent")
+    max_connections: int = _key("connections", "max")
+    idle_timeout_s: float = _key("connections", "idle_timeout")
+    correlation_window_s: float = _key("correlation", "window")
+    correlation_headers: tuple[str, ...] = _key("correlation", "headers", convert=_lower_tuple)
+    correlation_asyncio_tasks: bool = _key("correlation", "asyncio_tasks")
+    tls_openssl: bool = _key("tls", "openssl")
+    profiling_frequency: int = _key("profiling", "frequency")
+    profiling_interval_s: float = _key("profiling", "interval")
+    profiling_unwind_tables: bool = _key("profiling", "unwind_tables")
+    profiling_unwind_table_mib: int = _key("profiling", "unwind_table_mib")
+    rdma_enabled: bool = _key("rdma", "enabled")
+    rdma_sysfs_root: str = _key("rdma", "sysfs_root")
+    rdma_interval_s: float = _key("rdma", "interval")
+    gpu_enabled: bool = _key("gpu", "enabled")
+    gpu_scan_interval_s: float = _key("gpu", "scan_interval")
+    gpu_libraries: tuple[str, ...] = _key("gpu", "libraries", convert=tuple)
+    redact_query_params: tuple[str, ...] = _key("redaction", "query_params", convert=tuple)
+    command_args: bool = _key("resource_attributes", "process.command_args", "enabled")
+    sampling_ratio: float = _key("sampling", "ratio")
+    k8s_node_name: str = _key("kubernetes", "node_name")
+    pod_metadata_source: str = _key("kubernetes", "metadata", "source")  # none|kubelet|api_server
+    pod_metadata_endpoint: str = _key("kubernetes", "metadata", "endpoint")
+    pod_metadata_interval_s: float = _key("kubernetes", "metadata", "interval")
+    pod_metadata_token_file: str = _key("kubernetes", "metadata", "token_file")
+    pod_metadata_ca_file: str = _key("kubernetes", "metadata", "ca_file")
+    pod_metadata_insecure: bool = _key("kubernetes", "metadata", "insecure_skip_verify")
     # the protocols on by default (each plugin's default_enabled) unless the config says
     protocols_enabled: tuple[str, ...] = field(default_factory=_default_protocols)
     # plugin name -> the options the file or environment gave it (typed by the plugin's
@@ -160,38 +193,7 @@ def _build(tree: dict) -> Config:
     return Config(
         receiver=EbpfReceiver(
             targets=Targets(**{k: tuple(v) for k, v in e["targets"].items()}),
-            capture_max_bytes=e["capture"]["max_bytes"],
-            capture_llm_max_bytes=e["capture"]["llm_max_bytes"],
-            capture_llm_tail_bytes=e["capture"]["llm_tail_bytes"],
-            ring_buffer_size_mib=e["ring_buffer"]["size_mib"],
-            poll_interval_s=e["ring_buffer"]["poll_interval"],
-            wakeup_fill_percent=e["ring_buffer"]["wakeup_fill_percent"],
-            max_connections=e["connections"]["max"],
-            idle_timeout_s=e["connections"]["idle_timeout"],
-            correlation_window_s=e["correlation"]["window"],
-            correlation_headers=tuple(h.lower() for h in e["correlation"]["headers"]),
-            correlation_asyncio_tasks=e["correlation"]["asyncio_tasks"],
-            tls_openssl=e["tls"]["openssl"],
-            profiling_frequency=e["profiling"]["frequency"],
-            profiling_interval_s=e["profiling"]["interval"],
-            profiling_unwind_tables=e["profiling"]["unwind_tables"],
-            profiling_unwind_table_mib=e["profiling"]["unwind_table_mib"],
-            rdma_enabled=e["rdma"]["enabled"],
-            rdma_sysfs_root=e["rdma"]["sysfs_root"],
-            rdma_interval_s=e["rdma"]["interval"],
-            gpu_enabled=e["gpu"]["enabled"],
-            gpu_scan_interval_s=e["gpu"]["scan_interval"],
-            gpu_libraries=tuple(e["gpu"]["libraries"]),
-            redact_query_params=tuple(e["redaction"]["query_params"]),
-            command_args=e["resource_attributes"]["process.command_args"]["enabled"],
-            sampling_ratio=e["sampling"]["ratio"],
-            k8s_node_name=e["kubernetes"]["node_name"],
-            pod_metadata_source=e["kubernetes"]["metadata"]["source"],
-            pod_metadata_endpoint=e["kubernetes"]["metadata"]["endpoint"],
-            pod_metadata_interval_s=e["kubernetes"]["metadata"]["interval"],
-            pod_metadata_token_file=e["kubernetes"]["metadata"]["token_file"],
-            pod_metadata_ca_file=e["kubernetes"]["metadata"]["ca_file"],
-            pod_metadata_insecure=e["kubernetes"]["metadata"]["insecure_skip_verify"],
+            **_keyed(e),
             protocols_enabled=(tuple(e["protocols"]["enabled"]) if "enabled" in e["protocols"]
                                else _default_protocols()),
             protocol_options=_protocol_options(e["protocols"]),
