@@ -290,7 +290,3 @@ def defaults(schema: Schema) -> dict[str, Any]:
     """Every key at its default (what `resolve` gives for no options)."""
     return {key: option.default for key, option in schema.items()}
 
-
-def describe(schema: Schema) -> list[tuple[str, str, str, str]]:
-    """(key, expected, default, doc) per option: for docs and `otel-ebpf check`."""
-    return [(key, o.expected, show(o.default), o.doc) for key, o in schema.items()]

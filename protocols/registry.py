@@ -72,10 +72,6 @@ def build(name: str, cls: type, options: Mapping[str, Any] | None):
         raise PluginOptionsError(name, str(exc)) from exc
 
 
-def option_schema(cls: type) -> Mapping[str, Any] | None:
-    """A plugin's declared options (None: a v1 plugin that checks its own)."""
-    return getattr(cls, "option_schema", None)
-
 
 class Registry:
     """The enabled parsers, in the order they are asked to infer a connection's protocol,

@@ -20,6 +20,7 @@ from bench.fuzz import REFS, TARGETS
 with atheris.instrument_imports(include=["otel_ebpf"]):
     import otel_ebpf.protocols.http1.parse  # noqa: F401  (both head paths)
     from otel_ebpf.protocols.base import Direction, Role
+    from otel_ebpf.protocols.fuzz_targets import load_fuzz_target
     from otel_ebpf.protocols.http1 import HTTP1Parser
     from otel_ebpf.protocols.http2 import HTTP2Parser
     from otel_ebpf.protocols.llm import LLMLayer
@@ -30,8 +31,6 @@ with atheris.instrument_imports(include=["otel_ebpf"]):
     from otel_ebpf.protocols.vectordb import CAPTURE_PREFIXES, VectorDBLayer
 
     import otel_ebpf.conntrack.connection  # noqa: F401  (the tracker around the parser)
-
-    from otel_ebpf.protocols.fuzz_targets import load_fuzz_target
 
     # every registered target, loaded (so its parser imported) under the instrumentation
     FUZZ_TARGETS = {name: load_fuzz_target(ref) for name, ref in REFS.items()}

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from otel_ebpf.protocols.fuzz_targets import load_fuzz_target
 
 from bench.fuzz import REFS, TARGETS
-from otel_ebpf.protocols.fuzz_targets import load_fuzz_target
 
 REPO = Path(__file__).resolve().parents[2]
 CI_RUNS = 4000  # the 1M-input budget is bench/fuzz/run.py's (docs/reliability.md)
