@@ -15,6 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from .options import Schema
+from .options import resolve as resolve_options
+
 if TYPE_CHECKING:
     from .layers import HTTPLayer
 
@@ -216,14 +219,20 @@ class ParserState:
     """Per-connection parser state. Parsers subclass it for their own tables.
 
     `frames[direction]` holds finished, timed frames in stream order: the connection
-    tracker appends them, the parser's stitch step consumes them.
+    tracker appends them, the parser's stitch step consumes them. `requests` is the
+    direction requests go (a client writes them, a server reads them), `responses` the
+    other; `closed` is set by the tracker when the connection ends, before the parser's
+    `finish` and the last stitch.
     """
 
-    __slots__ = ("conn", "frames", "time_at")
+    __slots__ = ("closed", "conn", "frames", "requests", "responses", "time_at")
 
     def __init__(self, conn: ConnInfo) -> None:
         self.conn = conn
         self.frames: tuple[SmallDeque, SmallDeque] = (SmallDeque(), SmallDeque())
+        self.requests = Direction.INGRESS if conn.role == Role.SERVER else Direction.EGRESS
+        self.responses = self.requests.opposite
+        self.closed = False
         # time_at(direction, offset): kernel time of the byte at `offset` in the buffer
         # `parse` is looking at (when a write handed it over, when a read returned it). The
         # tracker sets it; a parser that times parts of a message (SSE chunks) asks it.
@@ -259,15 +268,34 @@ class ProtocolParser(ABC):
         from its first byte to the close, which only the tracker knows.
     and then stitch(state, now_ns) to collect records, and to_spans(record, conn).
     Parsers never raise on bad bytes.
+
+    Contract v2 (docs/protocols.md), what a parser declares instead of writing:
+      option_schema: its options, each once (protocols/options.py). `self.options` is then
+        the checked, typed result with every key filled; a bad value is a config error at
+        load time that names the YAML path, and every key can be set from the environment.
+        None (a v1 parser): the options are handed over as given, the parser checks them.
+      default_enabled: on when the config does not list `protocols.enabled`.
+      pair(requests, responses, closed, now_ns, state) instead of stitch: the tracker hands
+        it the two frame queues (in the requests' and the responses' direction) and
+        whether the connection closed.
+      Records that name their frames `request` and `response` get the correlation
+        evidence (NeutralSpan.request_seq, response_seq, request_pos) filled by the tracker
+        on the exchange's first span when to_spans left it out.
     """
 
     name: ClassVar[str]
     transport: ClassVar[Literal["stream", "datagram"]] = "stream"
     # histograms this parser's spans carry Measurements for, by instrument name
     instruments: ClassVar[Mapping[str, Instrument]] = {}
+    # the options it takes (None: a v1 parser, which checks its options itself)
+    option_schema: ClassVar[Schema | None] = None
+    # on in the agent's default `protocols.enabled`
+    default_enabled: ClassVar[bool] = False
+    # where it stands in that default list (lower first: asked first), then by name
+    default_rank: ClassVar[int] = 100
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
-        self.options: Mapping[str, Any] = options or {}
+        self.options: Mapping[str, Any] = typed_options(type(self), options)
 
     @abstractmethod
     def infer(self, direction: Direction, head: bytes, conn: ConnInfo) -> Role | None:
@@ -299,9 +327,18 @@ class ProtocolParser(ABC):
         them; then parsing goes on after them. False (the default): resync."""
         return False
 
-    @abstractmethod
     def stitch(self, state: ParserState, now_ns: int) -> list[Record]:
-        """Consume matched frames from state.frames; expire the ones waiting too long."""
+        """Consume matched frames from state.frames; expire the ones waiting too long. By
+        default: `pair` with the state's queues (a v1 parser overrides this instead)."""
+        frames = state.frames
+        return self.pair(frames[state.requests], frames[state.responses], state.closed,
+                         now_ns, state)
+
+    def pair(self, requests: SmallDeque, responses: SmallDeque, closed: bool, now_ns: int,
+             state: ParserState) -> list[Record]:
+        """Records from the frames in `requests` and `responses` (taken from their heads),
+        and from the requests that waited past a timeout (or all, once `closed`)."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither stitch nor pair")
 
     @abstractmethod
     def to_spans(self, record: Record, conn: ConnInfo) -> list[NeutralSpan]: ...
@@ -311,6 +348,15 @@ class ProtocolParser(ABC):
         HPACK could not resolve, responses without a request...). The tracker adds them to
         the agent's `otel_ebpf.protocol.events{protocol, event}` when the connection ends."""
         return {}
+
+
+def typed_options(cls: type, options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A plugin's options checked against its `option_schema` (OptionError naming
+    `<name>.<key>` when one is wrong), every key filled; as given for a v1 plugin."""
+    schema = getattr(cls, "option_schema", None)
+    if schema is None:
+        return dict(options or {})
+    return resolve_options(cls.name, schema, options)
 
 
 def positional_maker(cls: type, names: tuple[str, ...]) -> Callable[..., Any]:

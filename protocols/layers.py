@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .base import Instrument, NeutralSpan, Role
+from .base import Instrument, NeutralSpan, Role, typed_options
+from .options import Schema
 
 LAYER_ENTRY_POINT_GROUP = "otel_ebpf.layers"
 DEFAULT_BODY_LIMIT = 1 << 20  # body bytes kept per message unless a layer asks otherwise
@@ -129,9 +130,15 @@ class HTTPLayer(ABC):
     # lower-case names of headers the layer reads (a session id): the HTTP parsers keep
     # them, as they keep trace headers, and hand them over in HTTPExchange
     headers: ClassVar[frozenset[str]] = frozenset()
+    # the options it takes, as a parser's (protocols/options.py; None: checked by the layer)
+    option_schema: ClassVar[Schema | None] = None
+    # on in the agent's default `protocols.enabled`
+    default_enabled: ClassVar[bool] = False
+    # where it stands in that default list (lower first: asked first), then by name
+    default_rank: ClassVar[int] = 100
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
-        self.options: Mapping[str, Any] = options or {}
+        self.options: Mapping[str, Any] = typed_options(type(self), options)
 
     @abstractmethod
     def wants(self, method: str, target: str) -> bool:

@@ -10,13 +10,14 @@ from typing import Any
 
 from .base import ConnInfo, Direction, ProtocolParser, Role
 from .layers import LAYER_ENTRY_POINT_GROUP, HTTPLayer
+from .options import OptionError
 
 ENTRY_POINT_GROUP = "otel_ebpf.protocols"
 log = logging.getLogger(__name__)
 
 
-def _load(group: str) -> dict[str, type]:
-    found: dict[str, type] = {}
+def _load(group: str) -> dict[str, Any]:
+    found: dict[str, Any] = {}
     for ep in entry_points(group=group):
         try:
             cls = ep.load()
@@ -37,12 +38,26 @@ def available_layers() -> dict[str, type[HTTPLayer]]:
     return _load(LAYER_ENTRY_POINT_GROUP)
 
 
+def default_protocols() -> tuple[str, ...]:
+    """The parsers, then the layers, that declare themselves on by default
+    (`default_enabled`), each kind by `default_rank` (the order parsers are asked to infer
+    a connection and layers whether they want a request), then name: `protocols.enabled` when the config does not
+    say. The core names none of them."""
+    out: list[str] = []
+    for group in (available_parsers(), available_layers()):
+        on = [(getattr(cls, "default_rank", 100), name) for name, cls in group.items()
+              if getattr(cls, "default_enabled", False)]
+        out += [name for _, name in sorted(on)]
+    return tuple(out)
+
+
 class PluginOptionsError(ValueError):
     """A parser or layer refused its options (`receivers.ebpf.protocols.<name>`); `reason`
-    is its own words (`llm.provider: expected a non-empty string, got 7`)."""
+    is its own words (`llm.provider: expected a non-empty string, got 7`). `option` is
+    the OptionError of a v2 plugin's schema (key, expected, got), else None."""
 
-    def __init__(self, name: str, reason: str) -> None:
-        self.name, self.reason = name, reason
+    def __init__(self, name: str, reason: str, option: OptionError | None = None) -> None:
+        self.name, self.reason, self.option = name, reason, option
         super().__init__(f"receivers.ebpf.protocols.{name}: {reason}")
 
 
@@ -51,8 +66,11 @@ def build(name: str, cls: type, options: Mapping[str, Any] | None):
     config loader calls this too, so that bad options stop `run` before it needs root)."""
     try:
         return cls(options)
+    except OptionError as exc:
+        raise PluginOptionsError(name, str(exc), exc) from exc
     except (ValueError, TypeError) as exc:
         raise PluginOptionsError(name, str(exc)) from exc
+
 
 
 class Registry:
@@ -70,10 +88,10 @@ class Registry:
     def from_config(
         cls, enabled: Iterable[str] | None, options: Mapping[str, Mapping[str, Any]]
     ) -> Registry:
-        """Instantiate the named parsers and layers (all registered ones when `enabled` is
+        """Instantiate the named parsers and layers (those on by default when `enabled` is
         None)."""
         parsers, layers = available_parsers(), available_layers()
-        names = [*parsers, *layers] if enabled is None else list(enabled)
+        names = list(default_protocols()) if enabled is None else list(enabled)
         missing = [n for n in names if n not in parsers and n not in layers]
         if missing:
             raise KeyError(

@@ -15,11 +15,12 @@ from collections.abc import Callable
 
 import atheris
 
-from bench.fuzz import TARGETS
+from bench.fuzz import REFS, TARGETS
 
 with atheris.instrument_imports(include=["otel_ebpf"]):
     import otel_ebpf.protocols.http1.parse  # noqa: F401  (both head paths)
     from otel_ebpf.protocols.base import Direction, Role
+    from otel_ebpf.protocols.fuzz_targets import load_fuzz_target
     from otel_ebpf.protocols.http1 import HTTP1Parser
     from otel_ebpf.protocols.http2 import HTTP2Parser
     from otel_ebpf.protocols.llm import LLMLayer
@@ -31,9 +32,20 @@ with atheris.instrument_imports(include=["otel_ebpf"]):
 
     import otel_ebpf.conntrack.connection  # noqa: F401  (the tracker around the parser)
 
+    # every registered target, loaded (so its parser imported) under the instrumentation
+    FUZZ_TARGETS = {name: load_fuzz_target(ref) for name, ref in REFS.items()}
+
 # the same seed pieces the CI property tests use, so the fuzzer starts deep in each protocol
-from tests.protocols.conftest import ConnectionDriver, conn_info  # noqa: E402
-from tests.protocols.http1.test_http1_fuzz import EXCHANGES, FRAGMENTS  # noqa: E402
+from otel_ebpf.protocols.http1.fuzz import EXCHANGES, FRAGMENTS  # noqa: E402
+from otel_ebpf.protocols.testing import (  # noqa: E402
+    GAPS,
+    MAX_STEPS,
+    ConnectionDriver,
+    conn_info,
+    fuzz_chunk,
+    fuzz_stream,
+)
+
 from tests.protocols.http2.test_http2_fuzz import _fragments as http2_fragments  # noqa: E402
 from tests.protocols.llm.test_llm_fuzz import (  # noqa: E402
     EVENT_TYPES,
@@ -44,9 +56,6 @@ from tests.protocols.llm.test_llm_fuzz import (  # noqa: E402
 from tests.protocols.mcp import wire as mcp_wire  # noqa: E402
 from tests.protocols.rtps import wire as rtps_wire  # noqa: E402
 from tests.protocols.rtps.test_rtps_fuzz import DATAGRAMS  # noqa: E402
-
-GAPS = (0, 1, 7, 4096, 70_000)  # lost bytes after a chunk (a capture cut short, a lost event)
-MAX_STEPS = 24  # syscalls per input: long enough for pipelining, short enough to stay fast
 
 
 class Totals:
@@ -74,39 +83,24 @@ class Totals:
                 json.dump({"target": self.name, **v}, f)
 
 
-def _chunk(fdp: atheris.FuzzedDataProvider, pieces: list[bytes]) -> bytes:
-    """A known piece (whole or cut), or raw fuzzer bytes."""
-    pick = fdp.ConsumeIntInRange(0, 3)
-    if pick == 0:
-        return fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 256))
-    piece = pieces[fdp.ConsumeIntInRange(0, len(pieces) - 1)]
-    if pick == 1:
-        return piece[: fdp.ConsumeIntInRange(0, len(piece))]
-    return piece
-
-
 def _stream(parser_factory: Callable[[], tuple], pieces: list[bytes]) -> Callable[[bytes], None]:
     """A target for a stream parser: role, mid-stream start, then chunks both ways."""
 
     def one(data: bytes, totals: Totals) -> None:
-        fdp = atheris.FuzzedDataProvider(data)
-        parser, layers = parser_factory()
-        role = (Role.CLIENT, Role.SERVER)[fdp.ConsumeIntInRange(0, 1)]
-        driver = ConnectionDriver(parser, conn_info(role), midstream=fdp.ConsumeBool(),
-                                  layers=layers)
-        for _ in range(fdp.ConsumeIntInRange(0, MAX_STEPS)):
-            if fdp.remaining_bytes() == 0:
-                break
-            direction = (Direction.EGRESS, Direction.INGRESS)[fdp.ConsumeIntInRange(0, 1)]
-            captured = _chunk(fdp, pieces)
-            gap = GAPS[fdp.ConsumeIntInRange(0, len(GAPS) - 1)] if fdp.ConsumeProbability() < 0.1 else 0
-            driver.feed(direction, captured, gap)
-            if fdp.ConsumeProbability() < 0.05:  # time passes: response timeouts fire
-                driver.tick(driver.now + 60 * 10**9)
-        if fdp.ConsumeBool():
-            driver.close()
-        spans = driver.spans()
-        totals.add(driver, len(spans))
+        (driver,) = fuzz_stream(atheris.FuzzedDataProvider(data), parser_factory, pieces)
+        totals.add(driver, len(driver.spans()))
+
+    return one
+
+
+def _registered(target) -> Callable[[bytes], None]:
+    """A protocol's own FuzzTarget (otel_ebpf.protocols.testing), found by entry point."""
+    one_input = target.one()
+
+    def one(data: bytes, totals: Totals) -> None:
+        drivers = one_input(atheris.FuzzedDataProvider(data))
+        if drivers:
+            totals.add(drivers[0], sum(len(d.spans()) for d in drivers), tuple(drivers[1:]))
 
     return one
 
@@ -126,7 +120,7 @@ def _http1_differential(pieces: list[bytes]) -> Callable[[bytes], None]:
             if fdp.remaining_bytes() == 0:
                 break
             direction = (Direction.EGRESS, Direction.INGRESS)[fdp.ConsumeIntInRange(0, 1)]
-            captured = _chunk(fdp, pieces)
+            captured = fuzz_chunk(fdp, pieces)
             gap = GAPS[fdp.ConsumeIntInRange(0, len(GAPS) - 1)] if fdp.ConsumeProbability() < 0.1 else 0
             script.append((direction, captured, gap))
         close = fdp.ConsumeBool()
@@ -243,7 +237,7 @@ def _mcp(pieces: list[bytes]) -> Callable[[bytes], None]:
                 break
             driver = drivers[fdp.ConsumeIntInRange(0, 1)]
             direction = (Direction.EGRESS, Direction.INGRESS)[fdp.ConsumeIntInRange(0, 1)]
-            captured = _chunk(fdp, pieces)
+            captured = fuzz_chunk(fdp, pieces)
             gap = GAPS[fdp.ConsumeIntInRange(0, len(GAPS) - 1)] if fdp.ConsumeProbability() < 0.1 else 0
             now += 1000
             driver.feed(direction, captured, gap, at=now)
@@ -269,7 +263,7 @@ def _rtps(data: bytes, totals: Totals) -> None:
             break
         sock = sockets[fdp.ConsumeIntInRange(0, 2)]
         now += fdp.ConsumeIntInRange(0, 400_000_000)
-        datagram = _chunk(fdp, pieces)
+        datagram = fuzz_chunk(fdp, pieces)
         if fdp.ConsumeIntInRange(0, 3) == 0:  # a header, then raw submessages
             datagram = pieces[-1] + datagram
         extra = (0, 0, 3000)[fdp.ConsumeIntInRange(0, 2)]
@@ -287,10 +281,9 @@ def _rtps(data: bytes, totals: Totals) -> None:
 def _parsers() -> dict[str, Callable]:
     json_bits = _json_bits()
     http2 = HTTP2Parser({"capture_headers": True, "max_streams": 4})
-    http1 = HTTP1Parser({"capture_headers": True})
     llm_paths = sorted(BUILTIN)
     return {
-        "http1": _stream(lambda: (http1, ()), FRAGMENTS + [b for ex in EXCHANGES for b in ex]),
+        **{name: _registered(target) for name, target in FUZZ_TARGETS.items()},
         "http1_fast": _http1_differential(FRAGMENTS + [b for ex in EXCHANGES for b in ex]),
         "http2": _stream(lambda: (http2, ()), http2_fragments()),
         # layers read bodies inside HTTP/1 messages: fuzz them through the real HTTP parser

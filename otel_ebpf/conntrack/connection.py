@@ -63,6 +63,7 @@ class Connection:
     __slots__ = (
         "info", "parser", "state", "streams", "frame_start", "resync", "pending",
         "infer_attempts", "unparsed", "last_ns", "tcp", "frames_out", "muted", "whole",
+        "pairs",
     )
     # (streams, frame_start, resync, pending, infer_attempts, unparsed: see _start_parsing)
 
@@ -101,6 +102,8 @@ class Connection:
         # optional (HTTP/1 has it): a syscall that is one whole plain message, framed and
         # timed in one call; None from it means the general path
         self.whole = getattr(parser, "whole", None)
+        # a v2 parser pairs the queues it is handed; a v1 parser stitches its state itself
+        self.pairs = type(parser).stitch is ProtocolParser.stitch
 
     def _time_at(self, direction: Direction, offset: int) -> int:
         """Kernel time of the byte `offset` bytes into what `parse` is being shown."""
@@ -346,15 +349,25 @@ class Connection:
     # ---- output ------------------------------------------------------------------
 
     def stitch(self, now_ns: int) -> list[Record]:
-        if self.parser is None or self.state is None:
+        state = self.state
+        if self.parser is None or state is None:
             return []
-        return self.parser.stitch(self.state, now_ns)
+        if self.pairs:  # the call ProtocolParser.stitch makes, without its frame
+            frames = state.frames
+            return self.parser.pair(frames[state.requests], frames[state.responses],
+                                    state.closed, now_ns, state)
+        return self.parser.stitch(state, now_ns)
 
     def collect(self, now_ns: int) -> list[NeutralSpan]:
-        """Spans of the records the parser could complete by now_ns."""
+        """Spans of the records the parser could complete by now_ns. The exchange's span
+        (the first) gets the correlation evidence of the record's `request` and
+        `response` frames where to_spans left it out: correlate/ joins by it."""
         spans: list[NeutralSpan] = []
         for record in self.stitch(now_ns):
-            spans.extend(self.parser.to_spans(record, self.info))  # type: ignore[union-attr]
+            made = self.parser.to_spans(record, self.info)  # type: ignore[union-attr]
+            if made and made[0].request_pos is None and self.tcp:
+                fill_correlation(made[0], record)
+            spans.extend(made)
         return spans
 
     def finish(self) -> None:
@@ -362,6 +375,7 @@ class Connection:
         seen; then the frames only the close delimits."""
         if self.parser is None or self.state is None:
             return
+        self.state.closed = True  # before the parser's finish and the last stitch
         for direction in Direction:
             stream, frames = self.streams[direction], self.state.frames[direction]
             for frame, _ in self.pending[direction]:
@@ -378,3 +392,18 @@ class Connection:
     def close(self) -> list[NeutralSpan]:
         self.finish()
         return self.collect(FOREVER_NS)
+
+
+def fill_correlation(span: NeutralSpan, record: Record) -> None:
+    """request_seq, request_pos and response_seq from the frames a record names `request`
+    and `response` (a parser's spans need not copy them, and a span without them is
+    joined to no trace)."""
+    request = getattr(record, "request", None)
+    if not isinstance(request, Frame):
+        return
+    span.request_pos = request.stream_pos
+    if span.request_seq is None:
+        span.request_seq = request.tcp_seq
+    response = getattr(record, "response", None)
+    if span.response_seq is None and isinstance(response, Frame):
+        span.response_seq = response.tcp_seq

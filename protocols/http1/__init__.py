@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from ..base import (
     ConnInfo,
@@ -14,32 +14,37 @@ from ..base import (
     ProtocolParser,
     Record,
     Role,
+    SmallDeque,
 )
 from otel_ebpf import _fast
 
 from ..layers import HTTPLayer, layer_headers
+from ..options import Duration, Flag, Schema
 from . import parse as _parse
 from .parse import CONTEXT_HEADERS, HTTP1State, HTTPMessage, HTTPRequest, HTTPResponse
 from .spans import to_spans
-from .stitch import HTTPRecord, stitch
+from .stitch import HTTPRecord, pair
 
 __all__ = ["HTTP1Parser", "HTTP1State", "HTTPMessage", "HTTPRecord", "HTTPRequest", "HTTPResponse"]
 
 
 class HTTP1Parser(ProtocolParser):
-    """Options: response_timeout_s (float, 30), capture_headers (bool, False),
-    correlation_headers (header names whose values link spans, default [x-request-id])."""
+    """HTTP/1.0 and 1.1 over a stream. correlation_headers (from the agent): header names
+    whose values link spans, default [x-request-id]."""
 
     name = "http1"
     transport = "stream"
+    default_enabled = True
+    default_rank = 10
+    option_schema: ClassVar[Schema] = {
+        "response_timeout": Duration(30.0, "a request with no answer by then ends as a timeout"),
+        "capture_headers": Flag(False, "headers as span attributes (secrets never)"),
+    }
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
-        timeout = float(self.options.get("response_timeout_s", 30.0))
-        if not timeout > 0:
-            raise ValueError(f"http1: response_timeout_s must be > 0, got {timeout}")
-        self.response_timeout_ns = int(timeout * 1e9)
-        self.capture_headers = _flag(self.options.get("capture_headers", False))
+        self.response_timeout_ns = int(self.options["response_timeout"] * 1e9)
+        self.capture_headers = self.options["capture_headers"]
         extra = self.options.get("correlation_headers", ["x-request-id"])
         self.carrier_names = CONTEXT_HEADERS | {str(h).lower() for h in extra}
         self.layers: tuple[HTTPLayer, ...] = ()
@@ -77,18 +82,12 @@ class HTTP1Parser(ProtocolParser):
     def skip_lost(self, direction: Direction, lost: int, state: HTTP1State) -> bool:
         return _parse.skip_lost(direction, lost, state)
 
-    def stitch(self, state: HTTP1State, now_ns: int) -> list[Record]:
-        return stitch(state, now_ns, self.response_timeout_ns)
+    def pair(self, requests: SmallDeque, responses: SmallDeque, closed: bool, now_ns: int,
+             state: HTTP1State) -> list[Record]:
+        return pair(requests, responses, closed, now_ns, state, self.response_timeout_ns)
 
     def to_spans(self, record: HTTPRecord, conn: ConnInfo) -> list[NeutralSpan]:
         return to_spans(record, conn, self.capture_headers)
 
     def counters(self, state: HTTP1State) -> dict[str, int]:
         return {"orphan_responses": state.orphan_responses}
-
-
-def _flag(value: Any) -> bool:
-    # settings may come from environment variables as text: "false" must mean False
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)

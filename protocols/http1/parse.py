@@ -24,6 +24,7 @@ from ..base import (
     SmallDeque,
     positional_maker,
 )
+from ..common import SECRET_HEADERS, SECRET_PARTS, is_secret  # noqa: F401 (re-exported)
 from ..layers import Body as BodyCapture
 from ..layers import HTTPLayer, first_wanting
 
@@ -36,8 +37,6 @@ NEED, FRAME, INVALID = ParseResult.NEED_MORE, ParseResult.FRAME, ParseResult.INV
 Step = tuple[ParseResult, Frame | None, int]
 
 # Secrets never enter a frame: they are dropped as llhttp hands the header over.
-SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
-SECRET_PARTS = ("api-key", "api_key", "apikey", "token", "secret")
 
 
 # W3C trace context: correlate/ honors it; more names (x-request-id) come from the options
@@ -46,12 +45,6 @@ CONTEXT_HEADERS = frozenset({"traceparent", "tracestate"})
 # capture_headers asks for all of them
 FRAMING_HEADERS = frozenset({"host", "user-agent", "content-type", "content-length",
                              "transfer-encoding", "upgrade"})
-
-
-@functools.lru_cache(maxsize=4096)  # header names repeat: decide each once
-def is_secret(name: str) -> bool:
-    """Whether a header (or query parameter) named `name` (lower case) may carry a secret."""
-    return name in SECRET_HEADERS or any(part in name for part in SECRET_PARTS)
 
 
 # --- line shapes -------------------------------------------------------------------------
@@ -234,14 +227,11 @@ class HTTP1State(ParserState):
     __slots__ = (
         "answered",
         "carrier_names",
-        "closed",
         "fast_kept",
         "kept_headers",
         "layers",
         "next_index",
         "orphan_responses",
-        "requests",
-        "responses",
         "sent",
         "streams",
         "switch_pending",
@@ -258,16 +248,13 @@ class HTTP1State(ParserState):
         # the same, for the compiled head parser (None: llhttp parses every head)
         self.fast_kept = (None if capture_headers or _fast.http1 is None
                           else _fast_kept(carrier_names))
-        # a client writes its requests, a server reads them
-        self.requests = Direction.INGRESS if conn.role == Role.SERVER else Direction.EGRESS
-        self.responses = self.requests.opposite
+        # requests, responses, closed: ParserState's (a client writes its requests)
         self.streams = (_Stream(), _Stream())
         self.sent = SmallDeque()  # at most SENT_LIMIT
         self.next_index = 0
         self.answered = -1  # index of the last request whose response head was seen
         self.switch_pending = False  # an Upgrade/CONNECT request awaits its answer
         self.tunnel = False  # the connection no longer speaks HTTP/1
-        self.closed = False
         self.orphan_responses = 0  # responses dropped for want of their request
 
 

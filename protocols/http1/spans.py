@@ -14,6 +14,7 @@ from ..base import (
     StatusCode,
     positional_maker,
 )
+from ..common import network_attributes
 from ..layers import HTTPExchange, apply_layer
 from .parse import HTTPRequest, HTTPResponse, is_secret
 from .stitch import HTTPRecord
@@ -142,14 +143,7 @@ def _method(method: str, attrs: Attributes) -> str:
 
 
 def _connection(conn: ConnInfo, attrs: Attributes) -> None:
-    attrs["network.protocol.name"] = "http"
-    attrs["network.transport"] = "unix" if conn.family == "unix" else "tcp"
-    if conn.family in ("ipv4", "ipv6"):
-        attrs["network.type"] = conn.family
-    if conn.remote_addr:
-        attrs["network.peer.address"] = conn.remote_addr
-    if conn.remote_port:
-        attrs["network.peer.port"] = conn.remote_port
+    network_attributes(conn, "http", attrs=attrs)
 
 
 def scheme_of(conn: ConnInfo) -> str:

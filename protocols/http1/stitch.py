@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..base import Record, positional_maker
+from ..base import Record, SmallDeque, positional_maker
 from .parse import HTTP1State, HTTPRequest, HTTPResponse
 
 
@@ -23,8 +23,16 @@ _new_record = positional_maker(HTTPRecord, ("request", "response"))
 
 
 def stitch(state: HTTP1State, now_ns: int, timeout_ns: int) -> list[HTTPRecord]:
-    requests = state.frames[state.requests]
-    responses = state.frames[state.requests.opposite]
+    """pair, with the queues and flag taken from the state (callers outside the tracker)."""
+    frames = state.frames
+    return pair(frames[state.requests], frames[state.responses], state.closed, now_ns, state,
+                timeout_ns)
+
+
+def pair(requests: SmallDeque, responses: SmallDeque, closed: bool, now_ns: int,
+         state: HTTP1State, timeout_ns: int) -> list[HTTPRecord]:
+    """Records of the responses in `responses`, each with the request its head answers;
+    requests that waited past `timeout_ns` (all, once `closed`) as unanswered."""
     records: list[HTTPRecord] = []
     while responses:
         response = responses[0]
@@ -33,14 +41,14 @@ def stitch(state: HTTP1State, now_ns: int, timeout_ns: int) -> list[HTTPRecord]:
         elif requests and requests[0].index < response.index:
             # HTTP/1 answers in order: a later answer means this one was lost
             records.append(HTTPRecord(request=requests.popleft()))
-        elif requests or response.index < 0 or state.closed or now_ns - response.end_ns > timeout_ns:
+        elif requests or response.index < 0 or closed or now_ns - response.end_ns > timeout_ns:
             # it answers a request never seen: capture began after it, or its bytes were lost
             responses.popleft()
             state.orphan_responses += 1
         else:
             break  # its request's frame is still being received (a long upload)
-    while requests and (state.closed or _unanswered(requests[0], state, now_ns, timeout_ns)):
-        error = "connection_closed" if state.closed else "timeout"
+    while requests and (closed or _unanswered(requests[0], state, now_ns, timeout_ns)):
+        error = "connection_closed" if closed else "timeout"
         records.append(HTTPRecord(request=requests.popleft(), error=error))
     return records
 

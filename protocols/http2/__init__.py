@@ -4,7 +4,7 @@ frames, header blocks, parse, stitch and spans."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from ..base import (
     ConnInfo,
@@ -15,38 +15,40 @@ from ..base import (
     ProtocolParser,
     Record,
     Role,
+    SmallDeque,
 )
-from ..http1 import _flag
 from ..http1.parse import CONTEXT_HEADERS
 from ..layers import HTTPLayer, layer_headers
+from ..options import Duration, Flag, Integer, Schema
 from . import parse as _parse
 from .parse import MAX_STREAMS, H2Message, H2Request, H2Response, HTTP2State
 from .spans import to_spans
-from .stitch import H2Record, stitch
+from .stitch import H2Record, pair
 
 __all__ = ["H2Message", "H2Record", "H2Request", "H2Response", "HTTP2Parser", "HTTP2State"]
 
 
 class HTTP2Parser(ProtocolParser):
-    """Options: response_timeout_s (float, 30: a request with no answer begun by then
-    ends as a timeout; answers under way may stream for longer), capture_headers (bool,
-    False: headers and gRPC metadata as span attributes, secrets never), max_streams
-    (open streams tracked per connection, 1024), correlation_headers (header names whose
-    values link spans, default [x-request-id])."""
+    """HTTP/2 and gRPC over a stream (h2c, prior knowledge). correlation_headers (from the
+    agent): header names whose values link spans, default [x-request-id]."""
 
     name = "http2"
     transport = "stream"
+    default_enabled = True
+    default_rank = 20
+    option_schema: ClassVar[Schema] = {
+        "response_timeout": Duration(30.0, "a request with no answer begun by then ends as "
+                                     "a timeout (answers under way may stream longer)"),
+        "capture_headers": Flag(False, "headers and gRPC metadata as span attributes"),
+        "max_streams": Integer(MAX_STREAMS, "open streams tracked per connection",
+                               least=1, most=65536),
+    }
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
-        timeout = float(self.options.get("response_timeout_s", 30.0))
-        if not timeout > 0:
-            raise ValueError(f"http2: response_timeout_s must be > 0, got {timeout}")
-        self.response_timeout_ns = int(timeout * 1e9)
-        self.capture_headers = _flag(self.options.get("capture_headers", False))
-        self.max_streams = int(self.options.get("max_streams", MAX_STREAMS))
-        if self.max_streams < 1:
-            raise ValueError(f"http2: max_streams must be >= 1, got {self.max_streams}")
+        self.response_timeout_ns = int(self.options["response_timeout"] * 1e9)
+        self.capture_headers = self.options["capture_headers"]
+        self.max_streams = self.options["max_streams"]
         extra = self.options.get("correlation_headers", ["x-request-id"])
         self.carrier_names = CONTEXT_HEADERS | {str(h).lower() for h in extra}
         self.layers: tuple[HTTPLayer, ...] = ()
@@ -74,8 +76,10 @@ class HTTP2Parser(ProtocolParser):
     def finish(self, direction: Direction, state: HTTP2State) -> Frame | None:
         return _parse.finish(direction, state)
 
-    def stitch(self, state: HTTP2State, now_ns: int) -> list[Record]:
-        return stitch(state, now_ns, self.response_timeout_ns)
+    def pair(self, requests: SmallDeque, responses: SmallDeque, closed: bool, now_ns: int,
+             state: HTTP2State) -> list[Record]:
+        # `closed` is state.closed, which the stream ends read as the stitch runs
+        return pair(requests, responses, now_ns, state, self.response_timeout_ns)
 
     def to_spans(self, record: H2Record, conn: ConnInfo) -> list[NeutralSpan]:
         return to_spans(record, conn, self.capture_headers)

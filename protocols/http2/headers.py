@@ -18,7 +18,7 @@ from hpack.hpack import decode_integer
 from hpack.huffman_table import decode_huffman
 from hpack.table import HeaderTable
 
-from ..http1.parse import is_secret
+from ..common import is_secret
 
 STATIC = tuple((n.decode("latin-1"), v.decode("latin-1")) for n, v in HeaderTable.STATIC_TABLE)
 DEFAULT_TABLE_SIZE = 4096  # SETTINGS_HEADER_TABLE_SIZE's initial value (RFC 9113 §6.5.2)

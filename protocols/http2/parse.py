@@ -34,7 +34,8 @@ from hyperframe.exceptions import HyperframeError
 from hyperframe.frame import Frame as WireFrame
 
 from ..base import ConnInfo, Direction, Frame, ParseResult, ParserState, Role
-from ..http1.parse import CONTEXT_HEADERS, is_secret
+from ..common import is_secret
+from ..http1.parse import CONTEXT_HEADERS
 from ..layers import Body, HTTPLayer, first_wanting
 from . import frames as f
 from .grpc import Messages
@@ -165,8 +166,8 @@ class HTTP2State(ParserState):
     """Per connection: each direction's side, the open streams, what stitch waits on."""
 
     __slots__ = (
-        "carrier_names", "capture_headers", "max_streams", "requests", "sides", "streams",
-        "last_request_id", "goaway", "closed", "waiting", "last_ns", "orphan_responses",
+        "carrier_names", "capture_headers", "max_streams", "sides", "streams",
+        "last_request_id", "goaway", "waiting", "last_ns", "orphan_responses",
         "streams_dropped", "malformed_blocks", "layers",
     )
 
@@ -178,15 +179,13 @@ class HTTP2State(ParserState):
         self.carrier_names = carrier_names
         self.capture_headers = capture_headers
         self.max_streams = max_streams
-        # a client writes its requests, a server reads them
-        self.requests = Direction.INGRESS if conn.role == Role.SERVER else Direction.EGRESS
+        # requests (a client writes them, a server reads them) and closed: ParserState's
         sides = [_Side(False), _Side(False)]
         sides[self.requests].preface = True
         self.sides = tuple(sides)
         self.streams: OrderedDict[int, _Stream] = OrderedDict()
         self.last_request_id = 0
         self.goaway: int | None = None  # last stream id the responder's GOAWAY will process
-        self.closed = False
         self.waiting: OrderedDict[int, H2Request] = OrderedDict()  # stitch's, by stream id
         self.last_ns = 0  # latest frame end seen by stitch
         self.orphan_responses = 0  # responses whose request we never saw

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..base import Record
+from ..base import Record, SmallDeque
 from .parse import H2Message, H2Request, H2Response, HTTP2State
 
 
@@ -23,8 +23,15 @@ class H2Record(Record):
 
 
 def stitch(state: HTTP2State, now_ns: int, timeout_ns: int) -> list[H2Record]:
-    requests = state.frames[state.requests]
-    responses = state.frames[state.requests.opposite]
+    """pair, with the queues taken from the state (callers outside the tracker)."""
+    return pair(state.frames[state.requests], state.frames[state.responses], now_ns, state,
+                timeout_ns)
+
+
+def pair(requests: SmallDeque, responses: SmallDeque, now_ns: int, state: HTTP2State,
+         timeout_ns: int) -> list[H2Record]:
+    """Records of the streams whose response ended or whose call ended otherwise (reset,
+    refused, the close: state.closed, a timeout)."""
     records: list[H2Record] = []
     while requests:
         request = requests.popleft()

@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..base import Instrument, NeutralSpan
-from ..layers import Body, HTTPExchange, HTTPLayer
+from ..layers import DEFAULT_BODY_LIMIT, Body, HTTPExchange, HTTPLayer
+from ..options import Custom, Flag, Schema, Size, Text
 from . import spans
 from .endpoints import Endpoints, Route
 from .events import read_events, read_eventstream
@@ -82,25 +83,26 @@ class LLMLayer(HTTPLayer):
     name: ClassVar[str] = "llm"
     instruments: ClassVar[Mapping[str, Instrument]] = spans.INSTRUMENTS
 
+    default_enabled = True
+    default_rank = 10
+    option_schema: ClassVar[Schema] = {
+        "provider": Text(None, "gen_ai.provider.name for every request (else from the host)"),
+        "extra_paths": Custom((), "more request paths and the API each speaks",
+                              parse=Endpoints, what="a list of paths or {prefix, api}"),
+        "capture_content": Flag(False, "prompts and completions as span events"),
+        "max_content_bytes": Size(DEFAULT_MAX_CONTENT_BYTES, "kept of each captured message",
+                                  least=2, most=1 << 20),
+        "body_limit": Size(DEFAULT_BODY_LIMIT, "body bytes kept per message",
+                           least=0, most=1 << 26),
+    }
+
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
-        self.endpoints = Endpoints(self.options.get("extra_paths"))
-        provider = self.options.get("provider")
-        if provider is not None and not (isinstance(provider, str) and provider):
-            raise ValueError(f"llm.provider: expected a non-empty string, got {provider!r}")
-        self.provider: str | None = provider
-        capture = self.options.get("capture_content", False)
-        if not isinstance(capture, bool):  # "false" from an environment variable is truthy
-            raise ValueError(f"llm.capture_content: expected true or false, got {capture!r}")
-        self.capture_content = capture
-        limit = self.options.get("max_content_bytes", DEFAULT_MAX_CONTENT_BYTES)
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 2:
-            raise ValueError(f"llm.max_content_bytes: expected an integer >= 2, got {limit!r}")
-        self.max_content_bytes = limit
-        body_limit = self.options.get("body_limit", self.body_limit)
-        if not isinstance(body_limit, int) or isinstance(body_limit, bool) or body_limit < 0:
-            raise ValueError(f"llm.body_limit: expected an integer >= 0, got {body_limit!r}")
-        self.body_limit = body_limit
+        self.endpoints = Endpoints(self.options["extra_paths"])
+        self.provider: str | None = self.options["provider"]
+        self.capture_content = self.options["capture_content"]
+        self.max_content_bytes = self.options["max_content_bytes"]
+        self.body_limit = self.options["body_limit"]
 
     def wants(self, method: str, target: str) -> bool:
         return self.endpoints.route(method, target) is not None

@@ -30,7 +30,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..base import ConnInfo, Instrument, NeutralSpan, Role, SpanKind, StatusCode
-from ..layers import HTTPExchange, HTTPLayer
+from ..layers import DEFAULT_BODY_LIMIT, HTTPExchange, HTTPLayer
+from ..options import Flag, Integer, Paths, Schema, Size
 from . import spans
 from .messages import NOTIFICATION, REQUEST, Message, Read, read_body, session_of_target
 from .pairs import Half, Pairs
@@ -46,21 +47,6 @@ VERSION_HEADER = "mcp-protocol-version"
 UNANSWERED = "otel_ebpf.mcp.unanswered"  # ours: no answer was seen before its stream ended
 
 
-def _int_option(options: Mapping[str, Any], key: str, default: int, least: int) -> int:
-    value = options.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < least:
-        raise ValueError(f"mcp.{key}: expected an integer >= {least}, got {value!r}")
-    return value
-
-
-def _paths(options: Mapping[str, Any], key: str, default: tuple[str, ...]) -> tuple[str, ...]:
-    value = options.get(key, list(default))
-    if isinstance(value, str) or not isinstance(value, list | tuple) or not all(
-            isinstance(p, str) and p.startswith("/") for p in value):
-        raise ValueError(f"mcp.{key}: expected a list of paths starting with '/', got {value!r}")
-    return tuple(p.rstrip("/") or "/" for p in value)
-
-
 def _under(path: str, paths: tuple[str, ...]) -> bool:
     return any(path == p or path.startswith(p + "/") or p == "/" for p in paths)
 
@@ -70,22 +56,29 @@ class MCPLayer(HTTPLayer):
     instruments: ClassVar[Mapping[str, Instrument]] = spans.INSTRUMENTS
     headers: ClassVar[frozenset[str]] = frozenset({SESSION_HEADER, VERSION_HEADER})
 
+    default_enabled = True
+    default_rank = 30
+    option_schema: ClassVar[Schema] = {
+        "paths": Paths(DEFAULT_PATHS, "Streamable HTTP endpoints"),
+        "sse_paths": Paths(DEFAULT_SSE_PATHS, "HTTP+SSE event streams"),
+        "message_paths": Paths(DEFAULT_MESSAGE_PATHS, "HTTP+SSE message posts"),
+        "capture_content": Flag(False, "arguments and results as span attributes"),
+        "max_content_bytes": Size(DEFAULT_MAX_CONTENT_BYTES, "kept of each captured value",
+                                  least=2, most=1 << 20),
+        "body_limit": Size(DEFAULT_BODY_LIMIT, "body bytes kept per message", least=0),
+        "max_pending": Integer(DEFAULT_MAX_PENDING, "requests awaiting their answer", least=1),
+        "session_id": Flag(True, "export mcp.session.id"),
+    }
+
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
-        self.paths = _paths(self.options, "paths", DEFAULT_PATHS)
-        self.sse_paths = _paths(self.options, "sse_paths", DEFAULT_SSE_PATHS)
-        self.message_paths = _paths(self.options, "message_paths", DEFAULT_MESSAGE_PATHS)
-        capture = self.options.get("capture_content", False)
-        if not isinstance(capture, bool):  # "false" from an environment variable is truthy
-            raise ValueError(f"mcp.capture_content: expected true or false, got {capture!r}")
-        self.content = Content(capture, _int_option(
-            self.options, "max_content_bytes", DEFAULT_MAX_CONTENT_BYTES, 2))
-        self.body_limit = _int_option(self.options, "body_limit", self.body_limit, 0)
-        self.pairs = Pairs(_int_option(self.options, "max_pending", DEFAULT_MAX_PENDING, 1))
-        export = self.options.get("session_id", True)
-        if not isinstance(export, bool):
-            raise ValueError(f"mcp.session_id: expected true or false, got {export!r}")
-        self.export_session = export
+        o = self.options
+        self.paths, self.sse_paths = o["paths"], o["sse_paths"]
+        self.message_paths = o["message_paths"]
+        self.content = Content(o["capture_content"], o["max_content_bytes"])
+        self.body_limit = o["body_limit"]
+        self.pairs = Pairs(o["max_pending"])
+        self.export_session = o["session_id"]
 
     def wants(self, method: str, target: str) -> bool:
         post = method == "POST"

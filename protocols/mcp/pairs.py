@@ -5,10 +5,10 @@ first (a stream is handed over when it ends), so each waits here for the other."
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from ..base import AttributeValue, ConnInfo, SpanKind
+from ..common import BoundedTable
 from .messages import Message
 
 # (pid, session, who asked: "c" the MCP client or "s" the server, request id)
@@ -29,8 +29,12 @@ class Pairs:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.waiting: OrderedDict[PairKey, Half] = OrderedDict()
         self.evicted: list[Half] = []  # requests pushed out unanswered, to emit as such
+        self.waiting = BoundedTable(limit, self._pushed_out)  # PairKey -> Half
+
+    def _pushed_out(self, key: PairKey, half: Half) -> None:
+        if not half.message.answers:
+            self.evicted.append(half)
 
     def add(self, key: PairKey, half: Half) -> tuple[Half, Half] | None:
         """(request, answer) once both halves are in, else None (the half waits)."""
@@ -40,10 +44,6 @@ class Pairs:
         if other is not None and not other.message.answers:
             self.evicted.append(other)  # the same id asked again: the first went unanswered
         self.waiting[key] = half
-        while len(self.waiting) > self.limit:
-            _, old = self.waiting.popitem(last=False)
-            if not old.message.answers:
-                self.evicted.append(old)
         return None
 
     def unanswered(self, pid: int, session: str) -> list[Half]:

@@ -4,7 +4,6 @@ connection of the parser instance (the agent makes one per run)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -19,6 +18,7 @@ from ..base import (
     Record,
     Role,
 )
+from ..options import Duration, Integer, Schema, Size, resolve
 from . import parse as _parse
 from .discovery import Discovery, Endpoint, Participant
 from .names import Names, RosKind, names
@@ -32,39 +32,49 @@ __all__ = [
 ]
 
 NS = 1_000_000_000
-# options the agent hands every parser; RTPS has no use for them (no headers to correlate by)
-AGENT_OPTIONS = frozenset({"correlation_headers"})
-
-# option -> (Limits field, type, scale to the field's unit, the smallest value allowed)
-_OPTIONS: dict[str, tuple[str, type, int, float]] = {
-    "discovery_max_entries": ("discovery_max", int, 1, 1),
-    "reassembly_timeout_s": ("reassembly_timeout_ns", float, NS, 0.001),
-    "pairing_timeout_s": ("pairing_timeout_ns", float, NS, 0.001),
-    "discovery_wait_s": ("discovery_wait_ns", float, NS, 0.0),
-    "latency_wait_s": ("latency_wait_ns", float, NS, 0.0),
-    "payload_head_bytes": ("payload_head", int, 1, 20),  # a service call header fits
-    "max_reassemblies": ("max_reassemblies", int, 1, 1),
-    "max_waiting": ("max_waiting", int, 1, 1),
-    "max_tracked": ("max_tracked", int, 1, 16),
+# option -> the Limits field it sets, and the scale from the option's unit to the field's
+_FIELDS: dict[str, tuple[str, int]] = {
+    "discovery_max_entries": ("discovery_max", 1),
+    "reassembly_timeout_s": ("reassembly_timeout_ns", NS),
+    "pairing_timeout_s": ("pairing_timeout_ns", NS),
+    "discovery_wait_s": ("discovery_wait_ns", NS),
+    "latency_wait_s": ("latency_wait_ns", NS),
+    "payload_head_bytes": ("payload_head", 1),
+    "max_reassemblies": ("max_reassemblies", 1),
+    "max_waiting": ("max_waiting", 1),
+    "max_tracked": ("max_tracked", 1),
+}
+OPTIONS: Schema = {
+    "discovery_max_entries": Integer(4096, "writers/readers remembered, and as many "
+                                     "participants", least=1),
+    "reassembly_timeout_s": Duration(2.0, "DATA_FRAGs of a sample may come this far apart",
+                                     least="1ms"),
+    "pairing_timeout_s": Duration(10.0, "a service reply may come this late", least="1ms"),
+    "discovery_wait_s": Duration(1.0, "a sample of a writer discovery has not named waits "
+                                 "this long, then is named by the writer's entity id",
+                                 least="0s"),
+    "latency_wait_s": Duration(0.2, "a received sample waits this long for its send on "
+                               "this host", least="0s"),
+    "payload_head_bytes": Size(4096, "kept of a fragmented sample (a service call header "
+                               "fits)", least=20),
+    "max_reassemblies": Integer(256, "samples being reassembled per connection", least=1),
+    "max_waiting": Integer(4096, "samples per connection, and as many left by closed "
+                           "connections", least=1),
+    "max_tracked": Integer(65536, "send times, receipts and calls", least=16),
 }
 
 
 class RTPSParser(ProtocolParser):
-    """Options (receivers.ebpf.protocols.rtps): discovery_max_entries (4096 writers/readers,
-    and as many participants), reassembly_timeout_s (2: DATA_FRAGs of a sample may come this
-    far apart), pairing_timeout_s (10: a service reply may come this late), discovery_wait_s
-    (1: a sample of a writer discovery has not named waits this long, then is named by the
-    writer's entity id), latency_wait_s (0.2: a received sample waits this long for its send
-    on this host), payload_head_bytes (4096 kept of a fragmented sample), max_reassemblies
-    (256 per connection), max_waiting (4096 samples per connection, and as many left by
-    closed connections), max_tracked (65536 send times, receipts and calls). Durations are in
-    seconds; text values (environment variables) are read as numbers. A wrong value or an
-    unknown key is a ValueError naming `rtps.<key>`; keys the agent gives every parser
-    (AGENT_OPTIONS) are accepted and unused. See README.md for spans, metrics and counters."""
+    """RTPS datagrams. Options: OPTIONS (receivers.ebpf.protocols.rtps). See README.md for
+    spans, metrics and counters."""
 
     name = "rtps"
     transport = "datagram"
     instruments: ClassVar[Mapping[str, Instrument]] = INSTRUMENTS
+
+    default_enabled = True
+    default_rank = 30
+    option_schema: ClassVar[Schema] = OPTIONS
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
@@ -93,8 +103,8 @@ class RTPSParser(ProtocolParser):
         return None  # datagrams are never resynced: each is parsed whole
 
     def finish(self, direction: Direction, state: RTPSState) -> Frame | None:
-        if not state.closed:  # called once per direction: the connection ends once
-            state.closed = True
+        if not state.ended:  # called once per direction: the connection ends once
+            state.ended = True
             live = self.shared.live
             left = live.get(state.conn.pid, 1) - 1
             if left > 0:
@@ -120,35 +130,7 @@ class RTPSParser(ProtocolParser):
 
 
 def limits(options: Mapping[str, Any]) -> Limits:
-    """Limits from the options mapping; ValueError naming the option when one is wrong."""
-    unknown = sorted(set(options) - set(_OPTIONS) - AGENT_OPTIONS)
-    if unknown:
-        raise ValueError(f"rtps.{unknown[0]}: unknown option (known: {', '.join(_OPTIONS)})")
-    values: dict[str, int] = {}
-    for key, value in options.items():
-        if key in AGENT_OPTIONS:
-            continue
-        field, kind, scale, least = _OPTIONS[key]
-        number = _number(value, kind)
-        if number is None:
-            raise ValueError(f"rtps.{key}: expected {'an integer' if kind is int else 'a number'}"
-                             f", got {value!r}")
-        if not number >= least:  # also refuses NaN
-            raise ValueError(f"rtps.{key}: must be at least {least}, got {value!r}")
-        values[field] = int(number * scale)
-    return Limits(**values)
-
-
-def _number(value: Any, kind: type) -> float | int | None:
-    """`value` as an int or float; settings from environment variables come as text."""
-    if isinstance(value, bool):
-        return None
-    try:
-        number = float(value.strip() if isinstance(value, str) else value)
-    except (TypeError, ValueError):
-        return None
-    if math.isinf(number):
-        return None
-    if kind is int:
-        return int(number) if number.is_integer() else None
-    return number
+    """Limits from the options, checked against OPTIONS (an OptionError naming the
+    option when one is wrong), in the units Limits keeps."""
+    typed = resolve("rtps", OPTIONS, {k: v for k, v in options.items() if k in _FIELDS})
+    return Limits(**{_FIELDS[k][0]: int(v * _FIELDS[k][1]) for k, v in typed.items()})

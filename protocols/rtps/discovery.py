@@ -5,9 +5,9 @@ counted."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
+from ..common import BoundedTable
 from . import payload as pl
 from .names import Names, names
 
@@ -39,19 +39,19 @@ class Participant:
 class Discovery:
     """GUID -> endpoint and GUID prefix -> participant, each at most `max_entries` long."""
 
-    __slots__ = ("endpoints", "evicted", "max_entries", "participants")
+    __slots__ = ("endpoints", "max_entries", "participants")
 
     def __init__(self, max_entries: int) -> None:
         self.max_entries = max_entries
-        self.endpoints: OrderedDict[bytes, Endpoint] = OrderedDict()
-        self.participants: OrderedDict[bytes, Participant] = OrderedDict()
-        self.evicted = 0
+        self.endpoints: BoundedTable = BoundedTable(max_entries)  # GUID -> Endpoint
+        self.participants: BoundedTable = BoundedTable(max_entries)  # prefix -> Participant
+
+    @property
+    def evicted(self) -> int:
+        return self.endpoints.evicted + self.participants.evicted
 
     def endpoint(self, guid: bytes) -> Endpoint | None:
-        found = self.endpoints.get(guid)
-        if found is not None:
-            self.endpoints.move_to_end(guid)
-        return found
+        return self.endpoints.get(guid)  # a read is a use: it keeps the entry
 
     def learn(self, writer_id: int, data: bytes, inline_qos: dict[int, bytes], qos_little: bool,
               key_only: bool, vendor: int) -> str | None:
@@ -102,12 +102,8 @@ class Discovery:
         self._put(self.endpoints, guid, Endpoint(guid, writer, names(topic, type_name or "")))
         return "endpoint"
 
-    def _put(self, table: OrderedDict, key: bytes, value: object) -> None:
+    def _put(self, table: BoundedTable, key: bytes, value: object) -> None:
         table[key] = value
-        table.move_to_end(key)
-        while len(table) > self.max_entries:
-            table.popitem(last=False)
-            self.evicted += 1
 
 
 def _parameter_list(data: bytes) -> tuple[dict[int, bytes], bool] | None:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import OrderedDict, deque
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ..base import ConnInfo, Direction, ParserState, Record, Role
+from ..common import BoundedTable
 from . import payload as pl
 from .discovery import DISCOVERY_WRITERS, Discovery
 from .names import Names, RosKind
@@ -111,20 +112,7 @@ class CallRecord(Record):
     latency_ns: int | None = None  # request delivery (server side), when sent on this host
 
 
-class Bounded(OrderedDict):
-    """An LRU table: at most `limit` entries, the least recently put evicted and counted."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__()
-        self.limit = limit
-        self.evicted = 0
-
-    def put(self, key: Hashable, value: object) -> None:
-        self[key] = value
-        self.move_to_end(key)
-        while len(self) > self.limit:
-            self.popitem(last=False)
-            self.evicted += 1
+Bounded = BoundedTable  # the shared tables: at most `limit` entries, evictions counted
 
 
 @dataclass(slots=True)
@@ -251,7 +239,7 @@ class Reassembly:
 class RTPSState(ParserState):
     """Per connection: fragments being reassembled, samples waiting, counts."""
 
-    __slots__ = ("closed", "completed", "counts", "reassembly", "waiting")
+    __slots__ = ("completed", "counts", "ended", "reassembly", "waiting")
 
     def __init__(self, conn: ConnInfo) -> None:
         super().__init__(conn)
@@ -261,7 +249,7 @@ class RTPSState(ParserState):
         self.completed = Bounded(1024)
         self.waiting: deque[Waiting] = deque()
         self.counts: dict[str, int] = {}
-        self.closed = False
+        self.ended = False  # the parser's finish ran (it runs once per direction)
 
     def count(self, event: str, n: int = 1) -> None:
         self.counts[event] = self.counts.get(event, 0) + n

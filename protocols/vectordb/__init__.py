@@ -13,15 +13,16 @@ the collection was opened before the agent started).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..base import Instrument, NeutralSpan
+from ..common import BoundedTable
 from ..layers import HTTPExchange, HTTPLayer
+from ..options import Schema, Text
 from . import spans
 from .bodies import read_request, read_response
-from .routes import Routes
+from .routes import SYSTEMS, Routes
 
 CAPTURE_PREFIXES = (
     "/api/v1/collections/",
@@ -41,10 +42,18 @@ class VectorDBLayer(HTTPLayer):
     name: ClassVar[str] = "vectordb"
     instruments: ClassVar[Mapping[str, Instrument]] = spans.INSTRUMENTS
 
+    default_enabled = True
+    default_rank = 20
+    option_schema: ClassVar[Schema] = {
+        "system": Text(None, "the one database every request goes to (else from the path)",
+                       choices=SYSTEMS),
+    }
+
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
-        self.routes = Routes(self.options.get("system"))
-        self.collection_names: OrderedDict[str, str] = OrderedDict()
+        self.routes = Routes(self.options["system"])
+        # Chroma collection ids -> names; the least recently used go
+        self.collection_names = BoundedTable(COLLECTION_NAMES)
 
     def wants(self, method: str, target: str) -> bool:
         return self.routes.target(method, target) is not None
@@ -67,9 +76,6 @@ class VectorDBLayer(HTTPLayer):
         names = self.collection_names
         if call.collection_id and call.collection:
             names[call.collection_id] = call.collection
-            names.move_to_end(call.collection_id)
-            while len(names) > COLLECTION_NAMES:
-                names.popitem(last=False)
         elif call.collection in names:
             call.collection = names[call.collection]
 

@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from otel_ebpf.protocols.fuzz_targets import load_fuzz_target
 
-from bench.fuzz import TARGETS
+from bench.fuzz import REFS, TARGETS
 
 REPO = Path(__file__).resolve().parents[2]
 CI_RUNS = 4000  # the 1M-input budget is bench/fuzz/run.py's (docs/reliability.md)
@@ -27,7 +28,9 @@ def test_fuzz_target_runs_clean(target, tmp_path):
     # atheris is a declared test dependency (pyproject's `test` extra): missing, it fails
     import atheris  # noqa: F401
     stats = tmp_path / "stats.json"
-    runs = RUNS.get(target, CI_RUNS)
+    # a protocol's own target says how many inputs reach its records (FuzzTarget.ci_runs)
+    runs = RUNS.get(target) or (load_fuzz_target(REFS[target]).ci_runs if target in REFS
+                                else CI_RUNS)
     proc = subprocess.run(
         [sys.executable, "-m", "bench.fuzz.targets", target, f"-runs={runs}",
          "-max_len=4096", "-seed=1", f"-artifact_prefix={tmp_path}/"],

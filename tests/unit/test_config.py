@@ -62,13 +62,15 @@ def test_default_values():
     assert r.poll_interval_s == 0.1 and r.idle_timeout_s == 300.0
     assert r.max_connections == 65536
     assert r.protocols_enabled == ("http1", "http2", "rtps", "llm", "vectordb", "mcp")
-    assert r.protocol_options == {
-        "http1": {"response_timeout_s": 30.0, "capture_headers": False},
-        "http2": {"response_timeout_s": 30.0, "capture_headers": False, "max_streams": 1024},
-        "llm": {"capture_content": False, "max_content_bytes": 4096, "body_limit": 1 << 20},
-        "mcp": {"capture_content": False, "max_content_bytes": 4096, "paths": ["/mcp"],
-                "sse_paths": ["/sse"], "message_paths": ["/messages"]},
-    }
+    # each default protocol's options at its schema's defaults, typed (seconds, bytes)
+    assert r.protocol_options["http1"] == {"response_timeout": 30.0, "capture_headers": False}
+    assert r.protocol_options["http2"] == {"response_timeout": 30.0, "capture_headers": False,
+                                           "max_streams": 1024}
+    assert r.protocol_options["llm"] == {
+        "provider": None, "extra_paths": (), "capture_content": False,
+        "max_content_bytes": 4096, "body_limit": 1 << 20}
+    assert r.protocol_options["mcp"]["paths"] == ("/mcp",)
+    assert set(r.protocol_options) == set(r.protocols_enabled)
     assert (r.capture_llm_max_bytes, r.capture_llm_tail_bytes) == (16384, 4096)
     assert c.processors == Processors(512, 1.0, 16384) == Processors()
     assert c.telemetry == Telemetry("info", 10.0) == Telemetry()
@@ -92,7 +94,9 @@ def test_default_values():
 
 def test_default_yaml_spells_out_every_fixed_key():
     raw = yaml.safe_load(DEFAULT_YAML.read_text())
-    fixed = [p for p, _ in cfgmod._leaves(cfgmod._SCHEMA, {}) if p[0] != "exporters"]
+    # protocols.enabled is left out: absent, every installed protocol on by default runs
+    fixed = [p for p, node in cfgmod._leaves(cfgmod._SCHEMA, {})
+             if p[0] != "exporters" and node.default is not cfgmod._ABSENT]
     for path in fixed:
         node = raw
         for key in path:
@@ -154,8 +158,8 @@ def test_values_and_conversions(tls_files):
             connections: {max: 64, idle_timeout: 2.5}
             protocols:
               enabled: [http1, http2]
-              http1: {response_timeout: 500ms, capture_headers: true, future_option: 3}
-              http2: {max_streams: 64, nested: {a: [1, 2]}}
+              http1: {response_timeout: 500ms, capture_headers: true}
+              http2: {max_streams: 64}
         processors: {batch: {send_batch_size: 10, timeout: 250ms, max_queue_size: 10}}
         exporters:
           otlphttp/phoenix:
@@ -179,12 +183,8 @@ def test_values_and_conversions(tls_files):
     assert (r.max_connections, r.idle_timeout_s) == (64, 2.5)
     assert r.protocols_enabled == ("http1", "http2")
     assert r.protocol_options == {
-        "http1": {"response_timeout_s": 0.5, "capture_headers": True, "future_option": 3},
-        "http2": {"response_timeout_s": 30.0, "capture_headers": False, "max_streams": 64,
-                  "nested": {"a": [1, 2]}},
-        "llm": {"capture_content": False, "max_content_bytes": 4096, "body_limit": 1 << 20},
-        "mcp": {"capture_content": False, "max_content_bytes": 4096, "paths": ["/mcp"],
-                "sse_paths": ["/sse"], "message_paths": ["/messages"]},
+        "http1": {"response_timeout": 0.5, "capture_headers": True},
+        "http2": {"response_timeout": 30.0, "capture_headers": False, "max_streams": 64},
     }
     assert c.processors == Processors(10, 0.25, 10)
     phoenix = c.exporters["otlphttp/phoenix"]
@@ -288,7 +288,8 @@ def test_env_expansion_types_whole_values():
             ring_buffer: {size_mib: "${env:UNSET}"}   # unset: the default
             protocols:
               http1: {capture_headers: "${env:HDRS}"}
-              http2: {window: "${env:MAXB}", label: "n${env:MAXB}", flag: "${env:HDRS}"}
+              http2: {max_streams: "${env:MAXB}"}
+              llm: {provider: "n${env:MAXB}", capture_content: "${env:HDRS}"}
         """,
         {"MAXB": "8192", "HDRS": "true"},
     )
@@ -296,8 +297,9 @@ def test_env_expansion_types_whole_values():
     assert r.capture_max_bytes == 8192 and r.ring_buffer_size_mib == 16
     assert r.protocol_options["http1"]["capture_headers"] is True
     http2 = r.protocol_options["http2"]
-    assert {k: http2[k] for k in ("window", "label", "flag")} == {
-        "window": 8192, "label": "n8192", "flag": True}
+    assert http2["max_streams"] == 8192
+    llm = r.protocol_options["llm"]
+    assert (llm["provider"], llm["capture_content"]) == ("n8192", True)
 
 
 def test_literal_strings_are_not_numbers():
@@ -604,14 +606,14 @@ def test_env_sets_options_of_every_parser_and_layer_typed_like_yaml():
         PROTO + "LLM_PROVIDER": "vllm",
         PROTO + "LLM_EXTRA_PATHS": "[/gw, {prefix: /v2/chat, api: openai}]",
         PROTO + "VECTORDB_SYSTEM": "chroma",
-        PROTO + "HTTP1_FUTURE_OPTION": "true",
+        PROTO + "HTTP1_CAPTURE_HEADERS": "yes",
     }
     from_env = parse("", env).receiver.plugin_options()
     from_yaml = parse("""
         receivers:
           ebpf:
             protocols:
-              http1: {future_option: true}
+              http1: {capture_headers: true}
               http2: {max_streams: 64, response_timeout: 5s, capture_headers: on}
               rtps: {max_waiting: 128, latency_wait_s: 0.5}
               llm: {provider: vllm, extra_paths: [/gw, {prefix: /v2/chat, api: openai}]}
@@ -619,12 +621,12 @@ def test_env_sets_options_of_every_parser_and_layer_typed_like_yaml():
         """).receiver.plugin_options()
     assert from_env == from_yaml
     assert from_env["http2"]["max_streams"] == 64
-    assert from_env["http2"]["response_timeout_s"] == 5.0  # a duration, never the text "5s"
+    assert from_env["http2"]["response_timeout"] == 5.0  # a duration, never the text "5s"
     assert from_env["http2"]["capture_headers"] is True
     assert from_env["rtps"]["max_waiting"] == 128 and from_env["rtps"]["latency_wait_s"] == 0.5
     assert from_env["llm"]["extra_paths"] == ["/gw", {"prefix": "/v2/chat", "api": "openai"}]
     assert from_env["vectordb"]["system"] == "chroma"
-    assert from_env["http1"]["future_option"] is True
+    assert from_env["http1"]["capture_headers"] is True
 
 
 def test_env_option_of_a_protocol_named_only_in_the_file_or_env(caplog):
@@ -676,7 +678,13 @@ def test_bad_env_option_names_the_variable(env, var, expected, got):
     ("receivers: {ebpf: {protocols: {rtps: {max_waiting: 0}}}}",
      "receivers.ebpf.protocols.rtps.max_waiting", "at least 1", "0"),
     ("receivers: {ebpf: {protocols: {rtps: {max_wating: 5}}}}",
-     "receivers.ebpf.protocols.rtps.max_wating", "a value rtps accepts", None),
+     "receivers.ebpf.protocols.rtps.max_wating",
+     "an option rtps takes (discovery_max_entries, reassembly_timeout_s, pairing_timeout_s, "
+     "discovery_wait_s, latency_wait_s, payload_head_bytes, max_reassemblies, max_waiting, "
+     "max_tracked)", "unknown key 'max_wating'"),
+    ("receivers: {ebpf: {protocols: {mcp: {body_limit: 2GiB}}}}",
+     "receivers.ebpf.protocols.mcp.body_limit",
+     "a size from 0 to 1073741824 bytes (like 4096, 64KiB, 1MiB)", "'2GiB'"),
 ])
 def test_bad_protocol_names_and_options_are_config_errors_at_load(text, path, expected, got):
     e = error(text)
@@ -690,9 +698,11 @@ def test_options_load_config_checks_are_those_the_agent_builds_with():
     r = parse("receivers: {ebpf: {correlation: {headers: [X-Req]}, "
               "protocols: {enabled: [http2], rtps: {max_waiting: 8}}}}").receiver
     options = r.plugin_options()
-    assert list(options) == ["http2", "http1", "llm", "mcp", "rtps"]  # enabled, then configured
+    assert list(options) == ["http2", "rtps"]  # enabled, then configured
     assert options["http2"]["correlation_headers"] == ["x-req"]
-    assert options["rtps"] == {"correlation_headers": ["x-req"], "max_waiting": 8}
+    # typed by the schema, every key filled: what RTPSParser builds its limits from
+    assert options["rtps"]["correlation_headers"] == ["x-req"]
+    assert options["rtps"]["max_waiting"] == 8 and options["rtps"]["max_tracked"] == 65536
 
 
 def test_tls_files_must_be_readable(tmp_path, monkeypatch):

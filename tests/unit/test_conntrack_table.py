@@ -15,7 +15,7 @@ OUT, IN = Direction.EGRESS, Direction.INGRESS
 
 def table(max_connections: int = 100) -> tuple[ConnTable, Stats]:
     stats = Stats()
-    registry = Registry.from_config(["http1"], {"http1": {"response_timeout_s": 5}})
+    registry = Registry.from_config(["http1"], {"http1": {"response_timeout": 5}})
     return ConnTable(registry, stats, max_connections, idle_timeout_ns=60 * 10**9), stats
 
 

@@ -21,7 +21,7 @@ from otel_ebpf.correlate import assign_ids
 from otel_ebpf.export.debug import DebugMetricExporter, DebugSpanExporter, header_line, span_line
 from otel_ebpf.spans.clock import KernelClock
 from otel_ebpf.spans.convert import ready, resource_for, to_readable
-from tests.protocols.conftest import ConnectionDriver, conn_info
+from otel_ebpf.protocols.testing import ConnectionDriver, conn_info
 
 CONN = ConnInfo(pid=5, fd=3, generation=1, role=Role.SERVER, transport="stream", family="ipv4")
 GET = b"GET /items/42?x=1 HTTP/1.1\r\nHost: shop.internal:8080\r\n\r\n"

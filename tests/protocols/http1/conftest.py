@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 from otel_ebpf.protocols.base import Role
 from otel_ebpf.protocols.http1 import HTTP1Parser
-
-from ..conftest import REQ, RESP, TICK, run_exchange  # noqa: F401 (used by tests)
+from otel_ebpf.protocols.testing import REQ, RESP, TICK, run_exchange  # noqa: F401 (used by tests)
 
 # cannot start an HTTP message; ends with a blank line so that no parser waits on it
 GARBAGE = b"\x00\x17garbage \xff\xfe not http\r\n\r\n"

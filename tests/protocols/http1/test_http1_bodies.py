@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 from otel_ebpf.protocols.base import Direction, Role
 from otel_ebpf.protocols.http1 import HTTP1Parser
-
-from tests.protocols.conftest import ConnectionDriver, EchoLayer, conn_info
+from otel_ebpf.protocols.testing import ConnectionDriver, EchoLayer, conn_info
 
 OUT, IN = Direction.EGRESS, Direction.INGRESS
 

@@ -259,7 +259,7 @@ def test_request_without_response_times_out(run):
 
 
 def test_response_timeout_option(run):
-    t = run([(REQ, request()), (TICK, 2 * S)], options={"response_timeout_s": 1}, close=False)
+    t = run([(REQ, request()), (TICK, 2 * S)], options={"response_timeout": 1}, close=False)
     assert [r.error for r in t.records] == ["timeout"]
 
 

@@ -10,16 +10,16 @@ import dataclasses
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from otel_ebpf import _fast
-from otel_ebpf.conntrack.table import ConnTable
-from otel_ebpf.kernel import abi
 from otel_ebpf.protocols.base import Direction, Role
 from otel_ebpf.protocols.http1 import HTTP1Parser
 from otel_ebpf.protocols.http1 import parse as http1_parse
 from otel_ebpf.protocols.registry import Registry
-from otel_ebpf.telemetry import Stats
+from otel_ebpf.protocols.testing import conn_info
 
-from tests.protocols.conftest import conn_info
+from otel_ebpf import _fast
+from otel_ebpf.conntrack.table import ConnTable
+from otel_ebpf.kernel import abi
+from otel_ebpf.telemetry import Stats
 
 if _fast.PURE_PYTHON:
     pytest.skip("OTEL_EBPF_PURE_PYTHON=1: no compiled path to compare", allow_module_level=True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from otel_ebpf.protocols.base import Role
 from otel_ebpf.protocols.http2 import HTTP2Parser
+from otel_ebpf.protocols.testing import REQ, RESP, TICK, run_exchange  # noqa: F401 (used by tests)
 
-from ..conftest import REQ, RESP, TICK, run_exchange  # noqa: F401 (used by tests)
 from .wire import split_frames
 
 # a WINDOW_UPDATE header with a length no WINDOW_UPDATE has: never HTTP/2 from its first byte

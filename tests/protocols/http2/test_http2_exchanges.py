@@ -389,7 +389,7 @@ def test_request_timing_thread_and_position_with_a_lead(driver):
 
 
 def test_a_layer_gets_the_streams_bodies_as_timed_pieces(tracker_cls, make_conn):
-    from ..conftest import EchoLayer
+    from otel_ebpf.protocols.testing import EchoLayer
 
     layer = EchoLayer()
     t = tracker_cls(HTTP2Parser(), make_conn(Role.CLIENT), layers=(layer,))
@@ -417,7 +417,7 @@ def test_a_layer_gets_the_streams_bodies_as_timed_pieces(tracker_cls, make_conn)
 
 
 def test_a_layer_body_beyond_the_capture_is_counted_lost(tracker_cls, make_conn):
-    from ..conftest import EchoLayer
+    from otel_ebpf.protocols.testing import EchoLayer
 
     layer = EchoLayer()
     t = tracker_cls(HTTP2Parser(), make_conn(Role.CLIENT), layers=(layer,))

@@ -231,7 +231,7 @@ def test_stream_table_is_bounded(driver):
 
 def test_options_are_checked():
     with pytest.raises(ValueError):
-        HTTP2Parser({"response_timeout_s": 0})
+        HTTP2Parser({"response_timeout": 0})
     with pytest.raises(ValueError):
         HTTP2Parser({"max_streams": 0})
     assert HTTP2Parser({"capture_headers": "false"}).capture_headers is False

@@ -7,9 +7,8 @@ import orjson
 from otel_ebpf.protocols.base import Direction, Role, SpanKind
 from otel_ebpf.protocols.http1 import HTTP1Parser
 from otel_ebpf.protocols.llm import LLMLayer
+from otel_ebpf.protocols.testing import ConnectionDriver, conn_info
 from otel_ebpf.protocols.vectordb import VectorDBLayer
-
-from tests.protocols.conftest import ConnectionDriver, conn_info
 
 OUT, IN = Direction.EGRESS, Direction.INGRESS
 LAYERS = (LLMLayer(), VectorDBLayer())

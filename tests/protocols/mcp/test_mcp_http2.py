@@ -7,8 +7,8 @@ from __future__ import annotations
 from otel_ebpf.protocols.base import Direction, Role, SpanKind
 from otel_ebpf.protocols.http2 import HTTP2Parser
 from otel_ebpf.protocols.mcp import MCPLayer
+from otel_ebpf.protocols.testing import ConnectionDriver, conn_info
 
-from ..conftest import ConnectionDriver, conn_info
 from ..http2.wire import PREFACE, Peer, data, http_request, settings
 from .wire import SESSION, rpc
 

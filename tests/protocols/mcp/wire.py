@@ -7,8 +7,7 @@ import orjson
 from otel_ebpf.protocols.base import Direction, Role
 from otel_ebpf.protocols.http1 import HTTP1Parser
 from otel_ebpf.protocols.mcp import MCPLayer
-
-from ..conftest import ConnectionDriver, conn_info
+from otel_ebpf.protocols.testing import ConnectionDriver, conn_info
 
 SESSION = "a7abe3f3461d489da1114a35e92a6ee9"
 MODERN = "2026-07-28"

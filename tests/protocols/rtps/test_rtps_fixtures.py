@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 from otel_ebpf.protocols.base import Direction, Role, SpanKind
 from otel_ebpf.protocols.rtps import RTPSParser
-
-from tests.protocols.conftest import ConnectionDriver, conn_info
+from otel_ebpf.protocols.testing import ConnectionDriver, conn_info
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -8,8 +8,7 @@ from otel_ebpf.protocols.base import Direction, ParseResult, Role
 from otel_ebpf.protocols.rtps import RTPSParser
 from otel_ebpf.protocols.rtps import parse as P
 from otel_ebpf.protocols.rtps import payload as pl
-
-from tests.protocols.conftest import conn_info
+from otel_ebpf.protocols.testing import conn_info
 
 from . import wire as w
 

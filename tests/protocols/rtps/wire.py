@@ -7,8 +7,7 @@ from __future__ import annotations
 import struct
 
 from otel_ebpf.protocols.base import Direction, Role
-
-from tests.protocols.conftest import ConnectionDriver, conn_info
+from otel_ebpf.protocols.testing import ConnectionDriver, conn_info
 
 CYCLONE, FASTDDS = 0x0110, 0x010F
 SPDP_WRITER, SEDP_PUB_WRITER, SEDP_SUB_WRITER = 0x000100C2, 0x000003C2, 0x000004C2
