@@ -38,7 +38,7 @@ from ..http1.parse import CONTEXT_HEADERS, is_secret
 from ..layers import Body, HTTPLayer, first_wanting
 from . import frames as f
 from .grpc import Messages
-from .headers import Field, HeaderDecoder, Malformed
+from .headers import Block, HeaderDecoder, Malformed
 
 NEED, FRAME, INVALID = ParseResult.NEED_MORE, ParseResult.FRAME, ParseResult.INVALID
 Step = tuple[ParseResult, Frame | None, int]
@@ -382,14 +382,19 @@ def _end(state: HTTP2State, stream_id: int, message: H2Message, requests: bool
 
 def _headers(buf, pos: int, h: f.Head, state: HTTP2State, side: _Side, requests: bool
              ) -> H2Message | None:
-    wire, _ = WireFrame.parse_frame_header(buf[pos : pos + f.HEADER_LEN])
-    wire.parse_body(buf[pos + f.HEADER_LEN : pos + f.HEADER_LEN + h.length])
-    side.block = bytearray(wire.data)
+    body = pos + f.HEADER_LEN
+    if h.type == f.HEADERS and not h.flags & (f.PADDED | f.HAS_PRIORITY):
+        block = bytes(buf[body : body + h.length])  # all block: no field to strip
+    else:  # padding, a priority or a promised stream id to strip (and check)
+        wire, _ = WireFrame.parse_frame_header(buf[pos:body])
+        wire.parse_body(buf[body : body + h.length])
+        block = wire.data
     side.block_stream, side.block_flags, side.block_type = h.stream, h.flags, h.type
     side.block_head, side.block_arrival = side.offset + pos, side.arrival_at(pos)
     side.block_wire = f.HEADER_LEN + h.length
     if h.flags & f.END_HEADERS:
-        return _block(state, side, requests)
+        return _block(state, side, requests, block)
+    side.block = bytearray(block)  # its CONTINUATIONs follow
     return None
 
 
@@ -402,7 +407,8 @@ def _continuation(buf, pos: int, h: f.Head, state: HTTP2State, side: _Side, requ
         side.decoder.forget()  # its insertions are lost with it
         return None
     if h.flags & f.END_HEADERS:
-        return _block(state, side, requests)
+        block, side.block = bytes(side.block), None  # type: ignore[arg-type]
+        return _block(state, side, requests, block)
     return None
 
 
@@ -457,22 +463,22 @@ _HANDLERS = {
 # --- header blocks -----------------------------------------------------------------------
 
 
-def _block(state: HTTP2State, side: _Side, requests: bool) -> H2Message | None:
+def _block(state: HTTP2State, side: _Side, requests: bool, block: bytes) -> H2Message | None:
     """A whole header block: decoded always (HPACK must stay in step), then used."""
-    block, side.block = bytes(side.block or b""), None
+    side.block = None
     try:
-        fields = side.decoder.decode(block)
+        decoded = side.decoder.decode_block(block)
     except Malformed:  # not HPACK: bytes were lost or are not HTTP/2 (the table is forgotten)
         state.malformed_blocks += 1
         return None
     if side.block_type == f.PUSH_PROMISE:
         return None
     if requests:
-        return _request_block(state, side, fields)
-    return _response_block(state, side, fields)
+        return _request_block(state, side, decoded)
+    return _response_block(state, side, decoded)
 
 
-def _request_block(state: HTTP2State, side: _Side, fields: list[Field]) -> H2Message | None:
+def _request_block(state: HTTP2State, side: _Side, decoded: Block) -> H2Message | None:
     stream_id, flags = side.block_stream, side.block_flags
     stream = state.streams.get(stream_id)
     if stream is not None:  # request trailers
@@ -480,7 +486,7 @@ def _request_block(state: HTTP2State, side: _Side, fields: list[Field]) -> H2Mes
         if flags & f.END_STREAM:
             stream.request.ended = True
         return None
-    known = _known(fields)
+    known = decoded.known
     if ":status" in known or not stream_id % 2 or stream_id <= state.last_request_id:
         return None  # not a request we can follow (a pushed or a forgotten stream)
     if flags & f.END_STREAM and not known.keys() & _REQUEST_PSEUDO:
@@ -496,7 +502,7 @@ def _request_block(state: HTTP2State, side: _Side, fields: list[Field]) -> H2Mes
         head=side.block_head, head_epoch=side.epoch,
         carrier={k: v for k, v in known.items() if k in state.carrier_names and not is_secret(k)},
     )
-    _message_fields(request, fields, known, state.capture_headers)
+    _message_fields(request, decoded, state.capture_headers)
     request.head_arrival = side.block_arrival
     state.last_request_id = stream_id
     state.streams[stream_id] = _Stream(request)
@@ -507,7 +513,7 @@ def _request_block(state: HTTP2State, side: _Side, fields: list[Field]) -> H2Mes
     return request
 
 
-def _response_block(state: HTTP2State, side: _Side, fields: list[Field]) -> H2Message | None:
+def _response_block(state: HTTP2State, side: _Side, decoded: Block) -> H2Message | None:
     stream_id, flags = side.block_stream, side.block_flags
     stream = state.streams.get(stream_id)
     if stream is None:
@@ -522,7 +528,7 @@ def _response_block(state: HTTP2State, side: _Side, fields: list[Field]) -> H2Me
             body=None if layer is None else Body(limit=layer.body_limit))
         stream.request.response_started = True
     response.size += side.block_wire
-    known = _known(fields)
+    known = decoded.known
     if response.layer is not None:  # the headers a layer reads (a session id)
         response.carrier.update(
             (k, v) for k, v in known.items() if k in state.carrier_names and not is_secret(k))
@@ -532,10 +538,10 @@ def _response_block(state: HTTP2State, side: _Side, fields: list[Field]) -> H2Me
     elif not response.final:
         response.final = True
         response.status = status
-        _message_fields(response, fields, known, state.capture_headers)
+        _message_fields(response, decoded, state.capture_headers)
     else:
         response.trailers = True
-        response.unknown_fields += _unknown(fields)
+        response.unknown_fields += decoded.unknown
     if "grpc-status" in known:
         response.grpc_status = _int(known["grpc-status"])
         response.grpc_message = known.get("grpc-message")
@@ -544,26 +550,16 @@ def _response_block(state: HTTP2State, side: _Side, fields: list[Field]) -> H2Me
     return None
 
 
-def _message_fields(message: H2Message, fields: list[Field], known: dict[str, str],
-                    capture_headers: bool) -> None:
+def _message_fields(message: H2Message, decoded: Block, capture_headers: bool) -> None:
+    known = decoded.known
     message.content_type = known.get("content-type")
     message.user_agent = known.get("user-agent")
-    message.unknown_fields += _unknown(fields)
+    message.unknown_fields += decoded.unknown
     if capture_headers:
-        for fl in fields:
+        for fl in decoded.fields:
             if fl.name is not None and fl.value is not None and not fl.name.startswith(":") \
                     and not is_secret(fl.name):
                 message.headers.setdefault(fl.name, []).append(fl.value)
-
-
-def _known(fields: list[Field]) -> dict[str, str]:
-    """Fields whose name and value we know, by name; the first of repeated names."""
-    return {fl.name: fl.value for fl in reversed(fields)
-            if fl.name is not None and fl.value is not None}
-
-
-def _unknown(fields: list[Field]) -> int:
-    return sum(1 for fl in fields if fl.name is None or fl.value is None)
 
 
 def _int(value: str | None) -> int | None:
