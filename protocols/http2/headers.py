@@ -40,13 +40,16 @@ class Field(NamedTuple):
     value: str | None
 
 
-class Block(NamedTuple):
+class Block:
     """A decoded header block: its fields in order, those we know by name (the first of a
-    repeated name), and how many we do not (they referred to entries we never saw)."""
+    repeated name), and how many we do not (they referred to entries we never saw).
+    `derived` is its reader's: what it made of the fields, kept with a reused block."""
 
-    fields: tuple[Field, ...]
-    known: dict[str, str]
-    unknown: int
+    __slots__ = ("fields", "known", "unknown", "derived")
+
+    def __init__(self, fields: tuple[Field, ...], known: dict[str, str], unknown: int) -> None:
+        self.fields, self.known, self.unknown = fields, known, unknown
+        self.derived: object = None
 
 
 STATIC_FIELDS = tuple(Field(n, v) for n, v in STATIC)

@@ -491,16 +491,22 @@ def _request_block(state: HTTP2State, side: _Side, decoded: Block) -> H2Message 
         return None  # not a request we can follow (a pushed or a forgotten stream)
     if flags & f.END_STREAM and not known.keys() & _REQUEST_PSEUDO:
         return None  # trailers of a request sent before capture began
-    method, path = known.get(":method"), known.get(":path")
-    layer = first_wanting(state.layers, method, path) if state.layers and method and path \
-        else None
+    # what the fields make of a request, once per reused block (a channel's calls repeat it)
+    derived = decoded.derived
+    if derived is None:
+        method, path = known.get(":method"), known.get(":path")
+        layer = first_wanting(state.layers, method, path) if state.layers and method and path \
+            else None
+        carrier = {k: v for k, v in known.items()
+                   if k in state.carrier_names and not is_secret(k)}
+        derived = decoded.derived = (method, path, known.get(":scheme"),
+                                     known.get(":authority"), layer, carrier)
+    method, path, scheme, authority, layer, carrier = derived  # type: ignore[misc]
     request = H2Request(
         layer=layer, body=None if layer is None else Body(limit=layer.body_limit),
-        stream_id=stream_id, method=method, path=path,
-        scheme=known.get(":scheme"), authority=known.get(":authority"),
+        stream_id=stream_id, method=method, path=path, scheme=scheme, authority=authority,
         ended=bool(flags & f.END_STREAM), size=side.block_wire,
-        head=side.block_head, head_epoch=side.epoch,
-        carrier={k: v for k, v in known.items() if k in state.carrier_names and not is_secret(k)},
+        head=side.block_head, head_epoch=side.epoch, carrier=dict(carrier) if carrier else {},
     )
     _message_fields(request, decoded, state.capture_headers)
     request.head_arrival = side.block_arrival
