@@ -34,6 +34,22 @@ class Decoded:
     dropped: int  # events cut by a gap (counted as one per gap)
 
 
+def _one_per_piece(body: Body, end: bytes) -> list[tuple[bytes, int]] | None:
+    """What _blocks yields when every piece is one whole block ending with `end` (LF
+    only), the pieces without a gap or a CR: a server that writes an event at a time.
+    None when some piece is not: _blocks then searches."""
+    expect = 0
+    blocks = []
+    cut = len(end)
+    for piece in body.pieces:
+        data = piece.data
+        if piece.offset != expect or data.find(end) != len(data) - cut or b"\r" in data:
+            return None
+        expect += len(data)
+        blocks.append((data[:-cut], piece.ns))
+    return blocks
+
+
 def _blocks(body: Body, end: re.Pattern[bytes]) -> Iterator[tuple[bytes, int] | None]:
     """The body split at `end`, each block with the time of its last piece; None marks a
     gap (the block before it was cut and is not yielded)."""
@@ -69,6 +85,8 @@ def _blocks(body: Body, end: re.Pattern[bytes]) -> Iterator[tuple[bytes, int] | 
 
 
 def _sse_event(block: bytes, ns: int) -> StreamEvent | None:
+    if block.startswith(b"data: ") and b"\n" not in block and b"\r" not in block:
+        return StreamEvent("", block[6:], ns)  # one data line, the usual event
     name = ""
     data: list[bytes] = []
     for line in _LINE.split(block):
@@ -89,6 +107,13 @@ def _sse_event(block: bytes, ns: int) -> StreamEvent | None:
 def decode_sse(body: Body) -> Decoded:
     events: list[StreamEvent] = []
     dropped = 0
+    whole = _one_per_piece(body, b"\n\n")
+    if whole is not None:
+        for block, ns in whole:
+            event = _sse_event(block, ns)
+            if event is not None:
+                events.append(event)
+        return Decoded(events, 0)
     for block in _blocks(body, _SSE_END):
         if block is None:
             dropped += 1
