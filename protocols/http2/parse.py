@@ -41,6 +41,7 @@ from .grpc import Messages
 from .headers import Block, HeaderDecoder, Malformed
 
 NEED, FRAME, INVALID = ParseResult.NEED_MORE, ParseResult.FRAME, ParseResult.INVALID
+_head, _new_head = f._HEAD, tuple.__new__
 Step = tuple[ParseResult, Frame | None, int]
 MAX_STREAMS = 1024  # open streams tracked per connection; the oldest beyond are dropped
 MAX_BLOCK = 256 * 1024  # a header block larger than this is given up (and HPACK with it)
@@ -300,21 +301,32 @@ def _done(side: _Side, n: int, result: ParseResult, frame: H2Message | None, con
 def _frames(direction: Direction, buf, pos: int, state: HTTP2State, side: _Side) -> Step:
     requests = direction == state.requests
     n = len(buf)
+    max_frame = side.max_frame
     emitted: H2Message | None = None
     while pos + f.HEADER_LEN <= n:
-        h = f.head_at(buf, pos)
-        if not f.sane(h, side.max_frame) or (side.block is not None) != (h.type == f.CONTINUATION) \
-                or (h.type == f.CONTINUATION and h.stream != side.block_stream):
+        hi, lo, kind, flags, stream = _head(buf, pos)  # f.head_at, inlined: every frame
+        length = (hi << 16) | lo
+        reserved = stream > 0x7FFFFFFF
+        if reserved:
+            stream &= 0x7FFFFFFF
+        h = None
+        if kind <= f.HEADERS:  # DATA, HEADERS: f.sane's checks for them
+            bad = length > max_frame or not stream or side.block is not None
+        else:
+            h = _new_head(f.Head, (length, kind, flags, stream, reserved))
+            bad = not f.sane(h, max_frame) or (side.block is not None) != (
+                kind == f.CONTINUATION) or (kind == f.CONTINUATION and stream != side.block_stream)
+        if bad:
             if emitted is None and not pos:
                 return _done(side, n, INVALID, None, 0)
             break  # judged again at the front of the next call
-        end = pos + f.HEADER_LEN + h.length
-        if emitted is not None and (h.type in (f.HEADERS, f.PUSH_PROMISE) or end > n):
+        end = pos + f.HEADER_LEN + length
+        if emitted is not None and (kind == f.HEADERS or kind == f.PUSH_PROMISE or end > n):
             break  # a request frame takes what follows it only up to the next message
-        if h.type == f.DATA:
-            if h.flags & f.PADDED and h.length and pos + f.HEADER_LEN >= n:
+        if kind == f.DATA:
+            if flags & f.PADDED and length and pos + f.HEADER_LEN >= n:
                 break  # its pad length (the first payload byte) tells the data's size
-            message = _data(direction, buf, pos, h, state, requests)
+            message = _data(direction, buf, pos, length, flags, stream, state, requests)
             pos = end
             if message is not None:
                 emitted = message
@@ -324,8 +336,10 @@ def _frames(direction: Direction, buf, pos: int, state: HTTP2State, side: _Side)
             continue
         if end > n:
             break  # wait for the whole frame (a header block must be read in full)
+        if h is None:
+            h = _new_head(f.Head, (length, kind, flags, stream, reserved))
         try:
-            message = _HANDLERS.get(h.type, _ignore)(buf, pos, h, state, side, requests)
+            message = _HANDLERS.get(kind, _ignore)(buf, pos, h, state, side, requests)
         except HyperframeError:
             if emitted is None and not pos:
                 return _done(side, n, INVALID, None, 0)
@@ -344,21 +358,21 @@ def _frames(direction: Direction, buf, pos: int, state: HTTP2State, side: _Side)
 # --- frame types -------------------------------------------------------------------------
 
 
-def _data(direction: Direction, buf, pos: int, h: f.Head, state: HTTP2State, requests: bool
-          ) -> H2Message | None:
+def _data(direction: Direction, buf, pos: int, length: int, flags: int, stream_id: int,
+          state: HTTP2State, requests: bool) -> H2Message | None:
     """A DATA frame, read as far as buf holds it; returns the response it ends."""
-    stream = state.streams.get(h.stream)
+    stream = state.streams.get(stream_id)
     if stream is None:
         return None
     message: H2Message | None = stream.request if requests else stream.response
     if message is None or (requests and message.ended):
         return None
     body = pos + f.HEADER_LEN
-    size = h.length
-    if h.flags & f.PADDED and h.length:
-        size = max(h.length - 1 - buf[body], 0)
+    size = length
+    if flags & f.PADDED and length:
+        size = max(length - 1 - buf[body], 0)
         body += 1
-    message.size += f.HEADER_LEN + h.length
+    message.size += f.HEADER_LEN + length
     message.data_size += size
     captured = buf[body : min(body + size, len(buf))]
     message.messages.feed(captured, size)
@@ -366,8 +380,8 @@ def _data(direction: Direction, buf, pos: int, h: f.Head, state: HTTP2State, req
         message.body.add(bytes(captured), state.time_at(direction, body))
         if len(captured) < size:
             message.body.skip(size - len(captured))
-    if h.flags & f.END_STREAM:
-        return _end(state, h.stream, message, requests)
+    if flags & f.END_STREAM:
+        return _end(state, stream_id, message, requests)
     return None
 
 
