@@ -312,6 +312,8 @@ def _frames(direction: Direction, buf, pos: int, state: HTTP2State, side: _Side)
         h = None
         if kind <= f.HEADERS:  # DATA, HEADERS: f.sane's checks for them
             bad = length > max_frame or not stream or side.block is not None
+        elif kind == f.WINDOW_UPDATE:  # two of each call, one each way: f.sane's checks
+            bad = length != 4 or length > max_frame or side.block is not None
         else:
             h = _new_head(f.Head, (length, kind, flags, stream, reserved))
             bad = not f.sane(h, max_frame) or (side.block is not None) != (
@@ -336,6 +338,9 @@ def _frames(direction: Direction, buf, pos: int, state: HTTP2State, side: _Side)
             continue
         if end > n:
             break  # wait for the whole frame (a header block must be read in full)
+        if kind == f.WINDOW_UPDATE:  # flow control: nothing to read (f.sane checked it)
+            pos = end
+            continue
         if h is None:
             h = _new_head(f.Head, (length, kind, flags, stream, reserved))
         try:
@@ -552,7 +557,11 @@ def _response_block(state: HTTP2State, side: _Side, decoded: Block) -> H2Message
     if response.layer is not None:  # the headers a layer reads (a session id)
         response.carrier.update(
             (k, v) for k, v in known.items() if k in state.carrier_names and not is_secret(k))
-    status = _int(known.get(":status"))
+    derived = decoded.derived  # what the fields say, once per reused block
+    if derived is None:
+        derived = decoded.derived = (_int(known.get(":status")), "grpc-status" in known,
+                                     _int(known.get("grpc-status")), known.get("grpc-message"))
+    status, has_grpc_status, grpc_status, grpc_message = derived  # type: ignore[misc]
     if not response.final and status is not None and 100 <= status < 200:
         response.interim += (status,)  # 1xx: the answer follows
     elif not response.final:
@@ -562,9 +571,8 @@ def _response_block(state: HTTP2State, side: _Side, decoded: Block) -> H2Message
     else:
         response.trailers = True
         response.unknown_fields += decoded.unknown
-    if "grpc-status" in known:
-        response.grpc_status = _int(known["grpc-status"])
-        response.grpc_message = known.get("grpc-message")
+    if has_grpc_status:
+        response.grpc_status, response.grpc_message = grpc_status, grpc_message
     if flags & f.END_STREAM:
         return _end(state, stream_id, response, False)
     return None
