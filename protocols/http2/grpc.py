@@ -107,6 +107,10 @@ class Messages:
         else:
             self.body_left -= unseen
 
+    def at_message(self) -> bool:
+        """Counting exactly, and the next byte begins a message's prefix."""
+        return self.exact and not self.body_left and not self.prefix
+
     def lose(self) -> None:
         self.exact = False
 

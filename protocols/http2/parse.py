@@ -27,6 +27,7 @@ request and every frame of the other for a response. So:
 
 from __future__ import annotations
 
+import struct
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -37,11 +38,12 @@ from ..base import ConnInfo, Direction, Frame, ParseResult, ParserState, Role
 from ..http1.parse import CONTEXT_HEADERS, is_secret
 from ..layers import Body, HTTPLayer, first_wanting
 from . import frames as f
-from .grpc import Messages
+from .grpc import PREFIX_LEN, Messages
 from .headers import Block, HeaderDecoder, Malformed
 
 NEED, FRAME, INVALID = ParseResult.NEED_MORE, ParseResult.FRAME, ParseResult.INVALID
 _head, _new_head = f._HEAD, tuple.__new__
+_prefix = struct.Struct(">BL").unpack_from  # a gRPC message's flag and length
 Step = tuple[ParseResult, Frame | None, int]
 MAX_STREAMS = 1024  # open streams tracked per connection; the oldest beyond are dropped
 MAX_BLOCK = 256 * 1024  # a header block larger than this is given up (and HPACK with it)
@@ -379,8 +381,24 @@ def _data(direction: Direction, buf, pos: int, length: int, flags: int, stream_i
         body += 1
     message.size += f.HEADER_LEN + length
     message.data_size += size
-    captured = buf[body : min(body + size, len(buf))]
-    message.messages.feed(captured, size)
+    messages = message.messages
+    if size >= PREFIX_LEN and body + size <= len(buf) and messages.at_message():
+        # the usual gRPC DATA frame, whole: one message, its prefix first (Messages.feed's
+        # reading of it, without slicing)
+        flag, prefixed = _prefix(buf, body)
+        if flag <= 1 and prefixed == size - PREFIX_LEN:
+            messages.count += 1
+            messages.size += prefixed
+            if message.body is None:
+                return _end(state, stream_id, message, requests) if flags & f.END_STREAM \
+                    else None
+            captured = buf[body : body + size]
+        else:
+            captured = buf[body : body + size]
+            messages.feed(captured, size)
+    else:
+        captured = buf[body : min(body + size, len(buf))]
+        messages.feed(captured, size)
     if message.body is not None:
         message.body.add(bytes(captured), state.time_at(direction, body))
         if len(captured) < size:
