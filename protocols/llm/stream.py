@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..layers import Body
 
@@ -21,8 +22,7 @@ _LINE = re.compile(rb"\r\n|\n|\r")
 _NDJSON_END = re.compile(rb"\n")
 
 
-@dataclass(frozen=True, slots=True)
-class StreamEvent:
+class StreamEvent(NamedTuple):  # one per chunk of a stream: a tuple is the cheapest to make
     name: str  # the SSE "event:" field ("" when absent; always "" for NDJSON)
     data: bytes  # the SSE data lines joined by "\n", or one NDJSON line
     ns: int  # kernel time of the piece holding the event's last byte
@@ -34,20 +34,25 @@ class Decoded:
     dropped: int  # events cut by a gap (counted as one per gap)
 
 
-def _one_per_piece(body: Body, end: bytes) -> list[tuple[bytes, int]] | None:
-    """What _blocks yields when every piece is one whole block ending with `end` (LF
-    only), the pieces without a gap or a CR: a server that writes an event at a time.
-    None when some piece is not: _blocks then searches."""
+def _sse_one_per_piece(body: Body) -> list[StreamEvent] | None:
+    """What _blocks and _sse_event make of a body whose every piece is one whole event
+    ending with a blank line (LF only), the pieces without a gap or a CR: a server that
+    writes an event at a time. None when some piece is not: _blocks then searches."""
     expect = 0
-    blocks = []
-    cut = len(end)
+    events: list[StreamEvent] = []
     for piece in body.pieces:
         data = piece.data
-        if piece.offset != expect or data.find(end) != len(data) - cut or b"\r" in data:
+        end = len(data) - 2
+        if piece.offset != expect or end < 0 or data.find(b"\n\n") != end or b"\r" in data:
             return None
         expect += len(data)
-        blocks.append((data[:-cut], piece.ns))
-    return blocks
+        if data.startswith(b"data: ") and data.find(b"\n") == end:  # one data line
+            events.append(StreamEvent("", data[6:end], piece.ns))
+        else:
+            event = _sse_event(data[:end], piece.ns)
+            if event is not None:
+                events.append(event)
+    return events
 
 
 def _blocks(body: Body, end: re.Pattern[bytes]) -> Iterator[tuple[bytes, int] | None]:
@@ -107,13 +112,9 @@ def _sse_event(block: bytes, ns: int) -> StreamEvent | None:
 def decode_sse(body: Body) -> Decoded:
     events: list[StreamEvent] = []
     dropped = 0
-    whole = _one_per_piece(body, b"\n\n")
+    whole = _sse_one_per_piece(body)
     if whole is not None:
-        for block, ns in whole:
-            event = _sse_event(block, ns)
-            if event is not None:
-                events.append(event)
-        return Decoded(events, 0)
+        return Decoded(whole, 0)
     for block in _blocks(body, _SSE_END):
         if block is None:
             dropped += 1
