@@ -156,13 +156,6 @@ class _Side:
     def arrival_at(self, pos: int) -> int | None:
         return self.arrival if pos >= self.old else None
 
-    def consumed(self, n: int, c: int) -> None:
-        if c > 0 and self.mark is None:
-            self.mark, self.mark_arrival = self.offset, self.arrival_at(0)
-        self.offset += c
-        self.old = max(self.old - c, 0)
-        self.expect = n - c if c <= n else 0
-
 
 class HTTP2State(ParserState):
     """Per connection: each direction's side, the open streams, what stitch waits on."""
@@ -291,7 +284,12 @@ def _done(side: _Side, n: int, result: ParseResult, frame: H2Message | None, con
         side.trust = False  # the tracker steps one byte and resyncs
         return result, None, consumed
     side.trust = True
-    side.consumed(n, consumed)
+    if consumed:  # what the call consumed: the marks and counts of the direction
+        if side.mark is None:
+            side.mark, side.mark_arrival = side.offset, side.arrival_at(0)
+        side.offset += consumed
+        side.old = max(side.old - consumed, 0)
+    side.expect = n - consumed if consumed <= n else 0
     if frame is not None:
         frame.mark, frame.epoch = side.mark if side.mark is not None else side.offset, side.epoch
         frame.exact = frame.head == frame.mark or (
