@@ -34,36 +34,44 @@ class Decoded:
     dropped: int  # events cut by a gap (counted as one per gap)
 
 
-def _sse_one_per_piece(body: Body) -> list[StreamEvent] | None:
-    """What _blocks and _sse_event make of a body whose every piece is one whole event
-    ending with a blank line (LF only), the pieces without a gap or a CR: a server that
-    writes an event at a time. None when some piece is not: _blocks then searches."""
-    expect = 0
+def _sse_whole_pieces(body: Body) -> tuple[list[StreamEvent], int, int]:
+    """The events of the body's first pieces that each end where an event ends, LF only
+    and without a gap (a server writes an event at a time; a client mostly reads whole
+    ones): what _blocks and _sse_event make of them, without the search. Also the index of
+    the first piece not read so, and its expected offset, for _blocks to go on from."""
     events: list[StreamEvent] = []
-    for piece in body.pieces:
-        data = piece.data
-        end = len(data) - 2
-        if piece.offset != expect or end < 0 or data.find(b"\n\n") != end or b"\r" in data:
-            return None
-        expect += len(data)
-        if data.startswith(b"data: ") and data.find(b"\n") == end:  # one data line
-            events.append(StreamEvent("", data[6:end], piece.ns))
-        else:
-            event = _sse_event(data[:end], piece.ns)
-            if event is not None:
-                events.append(event)
-    return events
-
-
-def _blocks(body: Body, end: re.Pattern[bytes]) -> Iterator[tuple[bytes, int] | None]:
-    """The body split at `end`, each block with the time of its last piece; None marks a
-    gap (the block before it was cut and is not yielded)."""
-    buf = bytearray()
     expect = 0
+    pieces = body.pieces
+    for i, piece in enumerate(pieces):
+        data = piece.data
+        if piece.offset != expect or not data.endswith(b"\n\n") or b"\r" in data:
+            return events, i, expect
+        # LF only: the search's separators are exactly split()'s
+        blocks = data.split(b"\n\n")
+        if blocks[-1]:  # a third LF: the piece's last separator began one byte earlier
+            return events, i, expect
+        expect += len(data)
+        ns = piece.ns
+        for block in blocks[:-1]:
+            if block.startswith(b"data: ") and b"\n" not in block:  # one data line
+                events.append(StreamEvent("", block[6:], ns))
+            else:
+                event = _sse_event(block, ns)
+                if event is not None:
+                    events.append(event)
+    return events, len(pieces), expect
+
+
+def _blocks(body: Body, end: re.Pattern[bytes], first: int = 0, expect: int = 0
+            ) -> Iterator[tuple[bytes, int] | None]:
+    """The body split at `end`, each block with the time of its last piece; None marks a
+    gap (the block before it was cut and is not yielded). From piece `first` on, at
+    offset `expect`, when the pieces before it ended where blocks end."""
+    buf = bytearray()
     synced = True  # False after a gap: the first block then is the tail of a cut event
     in_gap = False
     last_ns = 0
-    for piece in body.pieces:
+    for piece in body.pieces[first:] if first else body.pieces:
         # a jump in offset is a gap; so is a piece past the keep limit (time, no bytes)
         if piece.offset != expect or not piece.data:
             if not in_gap:
@@ -110,12 +118,11 @@ def _sse_event(block: bytes, ns: int) -> StreamEvent | None:
 
 
 def decode_sse(body: Body) -> Decoded:
-    events: list[StreamEvent] = []
     dropped = 0
-    whole = _sse_one_per_piece(body)
-    if whole is not None:
-        return Decoded(whole, 0)
-    for block in _blocks(body, _SSE_END):
+    events, first, expect = _sse_whole_pieces(body)
+    if first == len(body.pieces):
+        return Decoded(events, 0)
+    for block in _blocks(body, _SSE_END, first, expect):
         if block is None:
             dropped += 1
             continue
