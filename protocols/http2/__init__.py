@@ -11,7 +11,6 @@ from ..base import (
     Direction,
     Frame,
     NeutralSpan,
-    ParseResult,
     ProtocolParser,
     Record,
     Role,
@@ -65,10 +64,9 @@ class HTTP2Parser(ProtocolParser):
         # headers a layer reads (a session id) are kept as trace headers are
         self.carrier_names = self.carrier_names | layer_headers(layers)
 
-    def parse(
-        self, direction: Direction, buf: memoryview, state: HTTP2State
-    ) -> tuple[ParseResult, Frame | None, int]:
-        return _parse.parse(direction, buf, state)
+    # parse(direction, buf, state) -> (ParseResult, Frame | None, consumed): the framer
+    # itself, no method frame in between (the tracker calls it several times a call)
+    parse = staticmethod(_parse.parse)
 
     def resync(self, direction: Direction, buf: memoryview, state: HTTP2State) -> int | None:
         return _parse.resync(direction, buf, state)

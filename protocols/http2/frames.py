@@ -3,6 +3,7 @@ shape checks that decide whether bytes can be HTTP/2 at all (inference and resyn
 
 from __future__ import annotations
 
+import struct
 from typing import NamedTuple
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # the client's connection preface (§3.4)
@@ -12,12 +13,12 @@ MAX_FRAME_ALLOWED = (1 << 24) - 1  # the largest a peer may allow
 
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, \
     CONTINUATION = range(10)
-END_STREAM, END_HEADERS, PADDED = 0x01, 0x04, 0x08
+END_STREAM, END_HEADERS, PADDED, HAS_PRIORITY = 0x01, 0x04, 0x08, 0x20
 SETTINGS_MAX_FRAME_SIZE = 0x05
 
 # flags each type defines (§6); the strict check rejects any other
 _DEFINED_FLAGS = {
-    DATA: END_STREAM | PADDED, HEADERS: END_STREAM | END_HEADERS | PADDED | 0x20,
+    DATA: END_STREAM | PADDED, HEADERS: END_STREAM | END_HEADERS | PADDED | HAS_PRIORITY,
     PRIORITY: 0, RST_STREAM: 0, SETTINGS: 0x01, PUSH_PROMISE: END_HEADERS | PADDED,
     PING: 0x01, GOAWAY: 0, WINDOW_UPDATE: 0, CONTINUATION: END_HEADERS,
 }
@@ -36,14 +37,20 @@ class Head(NamedTuple):
     reserved: bool  # the R bit, never set by a conforming sender
 
 
+_HEAD = struct.Struct(">BHBBL").unpack_from  # length in 8 + 16 bits, type, flags, R + stream
+_new_head = tuple.__new__
+
+
 def head_at(buf, pos: int) -> Head:
-    b = buf[pos : pos + HEADER_LEN]
-    return Head((b[0] << 16) | (b[1] << 8) | b[2], b[3], b[4],
-                ((b[5] & 0x7F) << 24) | (b[6] << 16) | (b[7] << 8) | b[8], bool(b[5] & 0x80))
+    hi, lo, kind, flags, stream = _HEAD(buf, pos)
+    return _new_head(Head, ((hi << 16) | lo, kind, flags, stream & 0x7FFFFFFF,
+                            stream > 0x7FFFFFFF))
 
 
 def sane(h: Head, max_len: int) -> bool:
     """What every frame must satisfy whatever we know: size, stream, fixed lengths."""
+    if h.type <= HEADERS:  # DATA, HEADERS: the most of any connection
+        return h.length <= max_len and h.stream != 0
     if h.length > max_len:
         return False
     if h.type in ON_STREAM and not h.stream or h.type in ON_CONNECTION and h.stream:

@@ -74,7 +74,16 @@ class Messages:
         """`total` payload bytes went by, of which `data` (a prefix of them) was seen."""
         if not self.exact:
             return
-        i, n = 0, len(data)
+        n = len(data)
+        if n == total >= PREFIX_LEN and not self.body_left and not self.prefix:
+            # the usual DATA frame: whole, beginning with a prefix and holding one message
+            flag = data[0]
+            size = int.from_bytes(data[1:PREFIX_LEN], "big")
+            if flag <= 1 and size == n - PREFIX_LEN:
+                self.size += size
+                self.count += 1
+                return
+        i = 0
         while i < n:
             if self.body_left:
                 take = min(self.body_left, n - i)
@@ -97,6 +106,10 @@ class Messages:
             self.exact = False  # a prefix lay in bytes we did not see
         else:
             self.body_left -= unseen
+
+    def at_message(self) -> bool:
+        """Counting exactly, and the next byte begins a message's prefix."""
+        return self.exact and not self.body_left and not self.prefix
 
     def lose(self) -> None:
         self.exact = False

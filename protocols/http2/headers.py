@@ -40,6 +40,18 @@ class Field(NamedTuple):
     value: str | None
 
 
+class Block:
+    """A decoded header block: its fields in order, those we know by name (the first of a
+    repeated name), and how many we do not (they referred to entries we never saw).
+    `derived` is its reader's: what it made of the fields, kept with a reused block."""
+
+    __slots__ = ("fields", "known", "unknown", "derived")
+
+    def __init__(self, fields: tuple[Field, ...], known: dict[str, str], unknown: int) -> None:
+        self.fields, self.known, self.unknown = fields, known, unknown
+        self.derived: object = None
+
+
 STATIC_FIELDS = tuple(Field(n, v) for n, v in STATIC)
 _STATIC_LEN = len(STATIC)
 UNKNOWN = Field(None, None)
@@ -69,10 +81,10 @@ class HeaderDecoder:
         self.errors = 0  # blocks that were not HPACK
         # the table's changes, counted: a block's fields depend on the block and the table
         self.version = 0
-        # blocks that left the table as it was, by their bytes: (version, fields, unknown).
+        # blocks that left the table as it was, by their bytes: (version, Block).
         # A connection repeats them (a gRPC method's request, its answer and trailers are
         # the same few indexed bytes every call once the table holds their fields).
-        self.decoded: dict[bytes, tuple[int, tuple[Field, ...], int]] = {}
+        self.decoded: dict[bytes, tuple[int, Block]] = {}
 
     def forget(self) -> None:
         """Insertions may have been missed: no index can be trusted any more."""
@@ -83,11 +95,17 @@ class HeaderDecoder:
     def decode(self, block: bytes) -> list[Field]:
         """The fields of one whole header block. Raises Malformed (after forgetting the
         table, whose insertions may now be missed) when the block is not HPACK."""
+        return list(self.decode_block(block).fields)
+
+    def decode_block(self, block: bytes) -> Block:
+        """decode(), with the fields also by name and the unknown ones counted: a block
+        kept for reuse (see `decoded`) is read once, so are its names. The Block is shared
+        with later decodes of the same bytes: read it, never change it."""
         key = bytes(block)
         seen = self.decoded.get(key)
         if seen is not None and seen[0] == self.version:
-            self.unknown_fields += seen[2]
-            return list(seen[1])
+            self.unknown_fields += seen[1].unknown
+            return seen[1]
         version, unknown = self.version, self.unknown_fields
         try:
             fields = self._walk(memoryview(key))
@@ -95,11 +113,15 @@ class HeaderDecoder:
             self.errors += 1
             self.forget()
             raise Malformed(str(exc)) from None
+        # fields whose name and value we know, by name; the first of repeated names
+        known = {fl.name: fl.value for fl in reversed(fields)
+                 if fl.name is not None and fl.value is not None}
+        decoded = Block(tuple(fields), known, self.unknown_fields - unknown)
         if self.version == version and len(key) <= MAX_KEPT_BLOCK:
             if len(self.decoded) >= MAX_KEPT_BLOCKS:
                 self.decoded.clear()
-            self.decoded[key] = (version, tuple(fields), self.unknown_fields - unknown)
-        return fields
+            self.decoded[key] = (version, decoded)
+        return decoded
 
     # ---- the walk (RFC 7541 §6) ----------------------------------------------------
 

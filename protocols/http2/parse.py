@@ -27,6 +27,7 @@ request and every frame of the other for a response. So:
 
 from __future__ import annotations
 
+import struct
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -38,10 +39,12 @@ from ..common import is_secret
 from ..http1.parse import CONTEXT_HEADERS
 from ..layers import Body, HTTPLayer, first_wanting
 from . import frames as f
-from .grpc import Messages
-from .headers import Field, HeaderDecoder, Malformed
+from .grpc import PREFIX_LEN, Messages
+from .headers import Block, HeaderDecoder, Malformed
 
 NEED, FRAME, INVALID = ParseResult.NEED_MORE, ParseResult.FRAME, ParseResult.INVALID
+_head, _new_head = f._HEAD, tuple.__new__
+_prefix = struct.Struct(">BL").unpack_from  # a gRPC message's flag and length
 Step = tuple[ParseResult, Frame | None, int]
 MAX_STREAMS = 1024  # open streams tracked per connection; the oldest beyond are dropped
 MAX_BLOCK = 256 * 1024  # a header block larger than this is given up (and HPACK with it)
@@ -153,13 +156,6 @@ class _Side:
 
     def arrival_at(self, pos: int) -> int | None:
         return self.arrival if pos >= self.old else None
-
-    def consumed(self, n: int, c: int) -> None:
-        if c > 0 and self.mark is None:
-            self.mark, self.mark_arrival = self.offset, self.arrival_at(0)
-        self.offset += c
-        self.old = max(self.old - c, 0)
-        self.expect = n - c if c <= n else 0
 
 
 class HTTP2State(ParserState):
@@ -287,7 +283,12 @@ def _done(side: _Side, n: int, result: ParseResult, frame: H2Message | None, con
         side.trust = False  # the tracker steps one byte and resyncs
         return result, None, consumed
     side.trust = True
-    side.consumed(n, consumed)
+    if consumed:  # what the call consumed: the marks and counts of the direction
+        if side.mark is None:
+            side.mark, side.mark_arrival = side.offset, side.arrival_at(0)
+        side.offset += consumed
+        side.old = max(side.old - consumed, 0)
+    side.expect = n - consumed if consumed <= n else 0
     if frame is not None:
         frame.mark, frame.epoch = side.mark if side.mark is not None else side.offset, side.epoch
         frame.exact = frame.head == frame.mark or (
@@ -299,21 +300,34 @@ def _done(side: _Side, n: int, result: ParseResult, frame: H2Message | None, con
 def _frames(direction: Direction, buf, pos: int, state: HTTP2State, side: _Side) -> Step:
     requests = direction == state.requests
     n = len(buf)
+    max_frame = side.max_frame
     emitted: H2Message | None = None
     while pos + f.HEADER_LEN <= n:
-        h = f.head_at(buf, pos)
-        if not f.sane(h, side.max_frame) or (side.block is not None) != (h.type == f.CONTINUATION) \
-                or (h.type == f.CONTINUATION and h.stream != side.block_stream):
+        hi, lo, kind, flags, stream = _head(buf, pos)  # f.head_at, inlined: every frame
+        length = (hi << 16) | lo
+        reserved = stream > 0x7FFFFFFF
+        if reserved:
+            stream &= 0x7FFFFFFF
+        h = None
+        if kind <= f.HEADERS:  # DATA, HEADERS: f.sane's checks for them
+            bad = length > max_frame or not stream or side.block is not None
+        elif kind == f.WINDOW_UPDATE:  # two of each call, one each way: f.sane's checks
+            bad = length != 4 or length > max_frame or side.block is not None
+        else:
+            h = _new_head(f.Head, (length, kind, flags, stream, reserved))
+            bad = not f.sane(h, max_frame) or (side.block is not None) != (
+                kind == f.CONTINUATION) or (kind == f.CONTINUATION and stream != side.block_stream)
+        if bad:
             if emitted is None and not pos:
                 return _done(side, n, INVALID, None, 0)
             break  # judged again at the front of the next call
-        end = pos + f.HEADER_LEN + h.length
-        if emitted is not None and (h.type in (f.HEADERS, f.PUSH_PROMISE) or end > n):
+        end = pos + f.HEADER_LEN + length
+        if emitted is not None and (kind == f.HEADERS or kind == f.PUSH_PROMISE or end > n):
             break  # a request frame takes what follows it only up to the next message
-        if h.type == f.DATA:
-            if h.flags & f.PADDED and h.length and pos + f.HEADER_LEN >= n:
+        if kind == f.DATA:
+            if flags & f.PADDED and length and pos + f.HEADER_LEN >= n:
                 break  # its pad length (the first payload byte) tells the data's size
-            message = _data(direction, buf, pos, h, state, requests)
+            message = _data(direction, buf, pos, length, flags, stream, state, requests)
             pos = end
             if message is not None:
                 emitted = message
@@ -323,8 +337,13 @@ def _frames(direction: Direction, buf, pos: int, state: HTTP2State, side: _Side)
             continue
         if end > n:
             break  # wait for the whole frame (a header block must be read in full)
+        if kind == f.WINDOW_UPDATE:  # flow control: nothing to read (f.sane checked it)
+            pos = end
+            continue
+        if h is None:
+            h = _new_head(f.Head, (length, kind, flags, stream, reserved))
         try:
-            message = _HANDLERS.get(h.type, _ignore)(buf, pos, h, state, side, requests)
+            message = _HANDLERS.get(kind, _ignore)(buf, pos, h, state, side, requests)
         except HyperframeError:
             if emitted is None and not pos:
                 return _done(side, n, INVALID, None, 0)
@@ -343,30 +362,46 @@ def _frames(direction: Direction, buf, pos: int, state: HTTP2State, side: _Side)
 # --- frame types -------------------------------------------------------------------------
 
 
-def _data(direction: Direction, buf, pos: int, h: f.Head, state: HTTP2State, requests: bool
-          ) -> H2Message | None:
+def _data(direction: Direction, buf, pos: int, length: int, flags: int, stream_id: int,
+          state: HTTP2State, requests: bool) -> H2Message | None:
     """A DATA frame, read as far as buf holds it; returns the response it ends."""
-    stream = state.streams.get(h.stream)
+    stream = state.streams.get(stream_id)
     if stream is None:
         return None
     message: H2Message | None = stream.request if requests else stream.response
     if message is None or (requests and message.ended):
         return None
     body = pos + f.HEADER_LEN
-    size = h.length
-    if h.flags & f.PADDED and h.length:
-        size = max(h.length - 1 - buf[body], 0)
+    size = length
+    if flags & f.PADDED and length:
+        size = max(length - 1 - buf[body], 0)
         body += 1
-    message.size += f.HEADER_LEN + h.length
+    message.size += f.HEADER_LEN + length
     message.data_size += size
-    captured = buf[body : min(body + size, len(buf))]
-    message.messages.feed(captured, size)
+    messages = message.messages
+    if size >= PREFIX_LEN and body + size <= len(buf) and messages.at_message():
+        # the usual gRPC DATA frame, whole: one message, its prefix first (Messages.feed's
+        # reading of it, without slicing)
+        flag, prefixed = _prefix(buf, body)
+        if flag <= 1 and prefixed == size - PREFIX_LEN:
+            messages.count += 1
+            messages.size += prefixed
+            if message.body is None:
+                return _end(state, stream_id, message, requests) if flags & f.END_STREAM \
+                    else None
+            captured = buf[body : body + size]
+        else:
+            captured = buf[body : body + size]
+            messages.feed(captured, size)
+    else:
+        captured = buf[body : min(body + size, len(buf))]
+        messages.feed(captured, size)
     if message.body is not None:
         message.body.add(bytes(captured), state.time_at(direction, body))
         if len(captured) < size:
             message.body.skip(size - len(captured))
-    if h.flags & f.END_STREAM:
-        return _end(state, h.stream, message, requests)
+    if flags & f.END_STREAM:
+        return _end(state, stream_id, message, requests)
     return None
 
 
@@ -381,14 +416,19 @@ def _end(state: HTTP2State, stream_id: int, message: H2Message, requests: bool
 
 def _headers(buf, pos: int, h: f.Head, state: HTTP2State, side: _Side, requests: bool
              ) -> H2Message | None:
-    wire, _ = WireFrame.parse_frame_header(buf[pos : pos + f.HEADER_LEN])
-    wire.parse_body(buf[pos + f.HEADER_LEN : pos + f.HEADER_LEN + h.length])
-    side.block = bytearray(wire.data)
+    body = pos + f.HEADER_LEN
+    if h.type == f.HEADERS and not h.flags & (f.PADDED | f.HAS_PRIORITY):
+        block = bytes(buf[body : body + h.length])  # all block: no field to strip
+    else:  # padding, a priority or a promised stream id to strip (and check)
+        wire, _ = WireFrame.parse_frame_header(buf[pos:body])
+        wire.parse_body(buf[body : body + h.length])
+        block = wire.data
     side.block_stream, side.block_flags, side.block_type = h.stream, h.flags, h.type
     side.block_head, side.block_arrival = side.offset + pos, side.arrival_at(pos)
     side.block_wire = f.HEADER_LEN + h.length
     if h.flags & f.END_HEADERS:
-        return _block(state, side, requests)
+        return _block(state, side, requests, block)
+    side.block = bytearray(block)  # its CONTINUATIONs follow
     return None
 
 
@@ -401,7 +441,8 @@ def _continuation(buf, pos: int, h: f.Head, state: HTTP2State, side: _Side, requ
         side.decoder.forget()  # its insertions are lost with it
         return None
     if h.flags & f.END_HEADERS:
-        return _block(state, side, requests)
+        block, side.block = bytes(side.block), None  # type: ignore[arg-type]
+        return _block(state, side, requests, block)
     return None
 
 
@@ -456,22 +497,22 @@ _HANDLERS = {
 # --- header blocks -----------------------------------------------------------------------
 
 
-def _block(state: HTTP2State, side: _Side, requests: bool) -> H2Message | None:
+def _block(state: HTTP2State, side: _Side, requests: bool, block: bytes) -> H2Message | None:
     """A whole header block: decoded always (HPACK must stay in step), then used."""
-    block, side.block = bytes(side.block or b""), None
+    side.block = None
     try:
-        fields = side.decoder.decode(block)
+        decoded = side.decoder.decode_block(block)
     except Malformed:  # not HPACK: bytes were lost or are not HTTP/2 (the table is forgotten)
         state.malformed_blocks += 1
         return None
     if side.block_type == f.PUSH_PROMISE:
         return None
     if requests:
-        return _request_block(state, side, fields)
-    return _response_block(state, side, fields)
+        return _request_block(state, side, decoded)
+    return _response_block(state, side, decoded)
 
 
-def _request_block(state: HTTP2State, side: _Side, fields: list[Field]) -> H2Message | None:
+def _request_block(state: HTTP2State, side: _Side, decoded: Block) -> H2Message | None:
     stream_id, flags = side.block_stream, side.block_flags
     stream = state.streams.get(stream_id)
     if stream is not None:  # request trailers
@@ -479,23 +520,29 @@ def _request_block(state: HTTP2State, side: _Side, fields: list[Field]) -> H2Mes
         if flags & f.END_STREAM:
             stream.request.ended = True
         return None
-    known = _known(fields)
+    known = decoded.known
     if ":status" in known or not stream_id % 2 or stream_id <= state.last_request_id:
         return None  # not a request we can follow (a pushed or a forgotten stream)
     if flags & f.END_STREAM and not known.keys() & _REQUEST_PSEUDO:
         return None  # trailers of a request sent before capture began
-    method, path = known.get(":method"), known.get(":path")
-    layer = first_wanting(state.layers, method, path) if state.layers and method and path \
-        else None
+    # what the fields make of a request, once per reused block (a channel's calls repeat it)
+    derived = decoded.derived
+    if derived is None:
+        method, path = known.get(":method"), known.get(":path")
+        layer = first_wanting(state.layers, method, path) if state.layers and method and path \
+            else None
+        carrier = {k: v for k, v in known.items()
+                   if k in state.carrier_names and not is_secret(k)}
+        derived = decoded.derived = (method, path, known.get(":scheme"),
+                                     known.get(":authority"), layer, carrier)
+    method, path, scheme, authority, layer, carrier = derived  # type: ignore[misc]
     request = H2Request(
         layer=layer, body=None if layer is None else Body(limit=layer.body_limit),
-        stream_id=stream_id, method=method, path=path,
-        scheme=known.get(":scheme"), authority=known.get(":authority"),
+        stream_id=stream_id, method=method, path=path, scheme=scheme, authority=authority,
         ended=bool(flags & f.END_STREAM), size=side.block_wire,
-        head=side.block_head, head_epoch=side.epoch,
-        carrier={k: v for k, v in known.items() if k in state.carrier_names and not is_secret(k)},
+        head=side.block_head, head_epoch=side.epoch, carrier=dict(carrier) if carrier else {},
     )
-    _message_fields(request, fields, known, state.capture_headers)
+    _message_fields(request, decoded, state.capture_headers)
     request.head_arrival = side.block_arrival
     state.last_request_id = stream_id
     state.streams[stream_id] = _Stream(request)
@@ -506,7 +553,7 @@ def _request_block(state: HTTP2State, side: _Side, fields: list[Field]) -> H2Mes
     return request
 
 
-def _response_block(state: HTTP2State, side: _Side, fields: list[Field]) -> H2Message | None:
+def _response_block(state: HTTP2State, side: _Side, decoded: Block) -> H2Message | None:
     stream_id, flags = side.block_stream, side.block_flags
     stream = state.streams.get(stream_id)
     if stream is None:
@@ -521,48 +568,41 @@ def _response_block(state: HTTP2State, side: _Side, fields: list[Field]) -> H2Me
             body=None if layer is None else Body(limit=layer.body_limit))
         stream.request.response_started = True
     response.size += side.block_wire
-    known = _known(fields)
+    known = decoded.known
     if response.layer is not None:  # the headers a layer reads (a session id)
         response.carrier.update(
             (k, v) for k, v in known.items() if k in state.carrier_names and not is_secret(k))
-    status = _int(known.get(":status"))
+    derived = decoded.derived  # what the fields say, once per reused block
+    if derived is None:
+        derived = decoded.derived = (_int(known.get(":status")), "grpc-status" in known,
+                                     _int(known.get("grpc-status")), known.get("grpc-message"))
+    status, has_grpc_status, grpc_status, grpc_message = derived  # type: ignore[misc]
     if not response.final and status is not None and 100 <= status < 200:
         response.interim += (status,)  # 1xx: the answer follows
     elif not response.final:
         response.final = True
         response.status = status
-        _message_fields(response, fields, known, state.capture_headers)
+        _message_fields(response, decoded, state.capture_headers)
     else:
         response.trailers = True
-        response.unknown_fields += _unknown(fields)
-    if "grpc-status" in known:
-        response.grpc_status = _int(known["grpc-status"])
-        response.grpc_message = known.get("grpc-message")
+        response.unknown_fields += decoded.unknown
+    if has_grpc_status:
+        response.grpc_status, response.grpc_message = grpc_status, grpc_message
     if flags & f.END_STREAM:
         return _end(state, stream_id, response, False)
     return None
 
 
-def _message_fields(message: H2Message, fields: list[Field], known: dict[str, str],
-                    capture_headers: bool) -> None:
+def _message_fields(message: H2Message, decoded: Block, capture_headers: bool) -> None:
+    known = decoded.known
     message.content_type = known.get("content-type")
     message.user_agent = known.get("user-agent")
-    message.unknown_fields += _unknown(fields)
+    message.unknown_fields += decoded.unknown
     if capture_headers:
-        for fl in fields:
+        for fl in decoded.fields:
             if fl.name is not None and fl.value is not None and not fl.name.startswith(":") \
                     and not is_secret(fl.name):
                 message.headers.setdefault(fl.name, []).append(fl.value)
-
-
-def _known(fields: list[Field]) -> dict[str, str]:
-    """Fields whose name and value we know, by name; the first of repeated names."""
-    return {fl.name: fl.value for fl in reversed(fields)
-            if fl.name is not None and fl.value is not None}
-
-
-def _unknown(fields: list[Field]) -> int:
-    return sum(1 for fl in fields if fl.name is None or fl.value is None)
 
 
 def _int(value: str | None) -> int | None:

@@ -29,11 +29,14 @@ def to_spans(record: H2Record, conn: ConnInfo, capture_headers: bool = False
              ) -> list[NeutralSpan]:
     request, response = record.request, record.response
     kind = SpanKind.SERVER if conn.role == Role.SERVER else SpanKind.CLIENT
-    attrs: Attributes = {}
-    _connection(conn, attrs)
-    attrs["network.protocol.version"] = "2"
-    build = _grpc if _is_grpc(request, response) else _http
-    name, status, message = build(record, kind, conn, attrs, capture_headers)
+    if _is_grpc(request, response):
+        name, attrs = _grpc_head(request, conn, kind)
+        status, message = _grpc(record, kind, attrs, capture_headers)
+    else:
+        attrs = {}
+        _connection(conn, attrs)
+        attrs["network.protocol.version"] = "2"
+        name, status, message = _http(record, kind, conn, attrs, capture_headers)
     span = NeutralSpan(
         name=name,
         kind=kind,
@@ -123,9 +126,20 @@ def _server_address(request: H2Request, conn: ConnInfo, kind: SpanKind, attrs: A
 # --- gRPC --------------------------------------------------------------------------------
 
 
-def _grpc(record: H2Record, kind: SpanKind, conn: ConnInfo, attrs: Attributes,
-          capture_headers: bool) -> tuple[str, StatusCode, str]:
-    request, response = record.request, record.response
+# the last call's name and first attributes, by connection, path and authority: they are
+# the same for every call of a method on a channel (copied, never changed)
+_last_head: tuple = (None, None, None, "grpc", {})
+
+
+def _grpc_head(request: H2Request, conn: ConnInfo, kind: SpanKind) -> tuple[str, Attributes]:
+    """A call's name and its attributes up to the server's address."""
+    global _last_head
+    last = _last_head
+    if last[0] is conn and last[1] == request.path and last[2] == request.authority:
+        return last[3], dict(last[4])
+    attrs: Attributes = {}
+    _connection(conn, attrs)
+    attrs["network.protocol.version"] = "2"
     attrs["rpc.system.name"] = "grpc"
     name = "grpc"  # semconv: {rpc.system.name} when the method is not known
     path = request.path
@@ -137,13 +151,25 @@ def _grpc(record: H2Record, kind: SpanKind, conn: ConnInfo, attrs: Attributes,
             attrs["rpc.method"] = "_OTHER"
             attrs["rpc.method_original"] = path
     _server_address(request, conn, kind, attrs)
-    for side, message in (("request", request), ("response", response)):
+    _last_head = (conn, path, request.authority, name, attrs)
+    return name, dict(attrs)
+
+
+_REQUEST_KEYS, _RESPONSE_KEYS = (
+    (f"rpc.{side}.message.count", f"rpc.{side}.size", f"rpc.{side}.metadata.")
+    for side in ("request", "response"))
+
+
+def _grpc(record: H2Record, kind: SpanKind, attrs: Attributes, capture_headers: bool
+          ) -> tuple[StatusCode, str]:
+    request, response = record.request, record.response
+    for keys, message in ((_REQUEST_KEYS, request), (_RESPONSE_KEYS, response)):
         if message is not None and message.messages.exact and (message.data_size or message.ended):
             # ours: gRPC messages each side sent, and their bytes (compressed if they were)
-            attrs[f"rpc.{side}.message.count"] = message.messages.count
-            attrs[f"rpc.{side}.size"] = message.messages.size
+            attrs[keys[0]] = message.messages.count
+            attrs[keys[1]] = message.messages.size
         if capture_headers and message is not None:
-            _headers(f"rpc.{side}.metadata.", message, attrs)
+            _headers(keys[2], message, attrs)
     code = _grpc_code(record)
     text = ""
     if response is not None and response.grpc_message:
@@ -152,15 +178,15 @@ def _grpc(record: H2Record, kind: SpanKind, conn: ConnInfo, attrs: Attributes,
     if code is None:
         if record.error and record.error != "reset":
             attrs["error.type"] = record.error
-            return name, StatusCode.ERROR, text
-        return name, StatusCode.UNSET, text
+            return StatusCode.ERROR, text
+        return StatusCode.UNSET, text
     code_name = grpc.code_name(code)
     attrs["rpc.response.status_code"] = code_name
     error = code != grpc.OK if kind == SpanKind.CLIENT else code_name in grpc.SERVER_ERRORS
     if error:
         attrs["error.type"] = code_name
-        return name, StatusCode.ERROR, text
-    return name, StatusCode.UNSET, text
+        return StatusCode.ERROR, text
+    return StatusCode.UNSET, text
 
 
 def _grpc_code(record: H2Record) -> int | None:

@@ -156,16 +156,32 @@ def parse_extra_paths(entries: Iterable[Any] | None) -> tuple[ExtraPath, ...]:
     return tuple(out)
 
 
+MAX_KEPT_ROUTES = 1024  # targets whose route is kept (a flood of distinct ones clears it)
+
+
 class Endpoints:
     """Path recognition for one layer instance (built-in routes plus configured prefixes)."""
 
     def __init__(self, extra: Iterable[Any] | None = None) -> None:
         self.extra = parse_extra_paths(extra)
+        # routes by path, recent ones: every request of every HTTP connection asks
+        # (a gRPC channel or a keep-alive client repeats the same few targets)
+        self.routes: dict[str, Route | None] = {}
 
     def route(self, method: str, target: str) -> Route | None:
         if method != "POST":
             return None
-        path = target.partition("?")[0]
+        path = target.partition("?")[0]  # kept by path: a query never changes the route
+        try:
+            return self.routes[path]
+        except KeyError:
+            pass
+        if len(self.routes) >= MAX_KEPT_ROUTES:
+            self.routes.clear()
+        route = self.routes[path] = self._route(path)
+        return route
+
+    def _route(self, path: str) -> Route | None:
         if "://" in path and not path.startswith("/"):  # absolute form, sent to a proxy
             path = "/" + path.split("://", 1)[1].partition("/")[2]
         route = BUILTIN.get(path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..layers import Body
 
@@ -21,8 +22,7 @@ _LINE = re.compile(rb"\r\n|\n|\r")
 _NDJSON_END = re.compile(rb"\n")
 
 
-@dataclass(frozen=True, slots=True)
-class StreamEvent:
+class StreamEvent(NamedTuple):  # one per chunk of a stream: a tuple is the cheapest to make
     name: str  # the SSE "event:" field ("" when absent; always "" for NDJSON)
     data: bytes  # the SSE data lines joined by "\n", or one NDJSON line
     ns: int  # kernel time of the piece holding the event's last byte
@@ -34,15 +34,44 @@ class Decoded:
     dropped: int  # events cut by a gap (counted as one per gap)
 
 
-def _blocks(body: Body, end: re.Pattern[bytes]) -> Iterator[tuple[bytes, int] | None]:
-    """The body split at `end`, each block with the time of its last piece; None marks a
-    gap (the block before it was cut and is not yielded)."""
-    buf = bytearray()
+def _sse_whole_pieces(body: Body) -> tuple[list[StreamEvent], int, int]:
+    """The events of the body's first pieces that each end where an event ends, LF only
+    and without a gap (a server writes an event at a time; a client mostly reads whole
+    ones): what _blocks and _sse_event make of them, without the search. Also the index of
+    the first piece not read so, and its expected offset, for _blocks to go on from."""
+    events: list[StreamEvent] = []
     expect = 0
+    pieces = body.pieces
+    for i, piece in enumerate(pieces):
+        data = piece.data
+        if piece.offset != expect or not data.endswith(b"\n\n") or b"\r" in data:
+            return events, i, expect
+        # LF only: the search's separators are exactly split()'s
+        blocks = data.split(b"\n\n")
+        if blocks[-1]:  # a third LF: the piece's last separator began one byte earlier
+            return events, i, expect
+        expect += len(data)
+        ns = piece.ns
+        for block in blocks[:-1]:
+            if block.startswith(b"data: ") and b"\n" not in block:  # one data line
+                events.append(StreamEvent("", block[6:], ns))
+            else:
+                event = _sse_event(block, ns)
+                if event is not None:
+                    events.append(event)
+    return events, len(pieces), expect
+
+
+def _blocks(body: Body, end: re.Pattern[bytes], first: int = 0, expect: int = 0
+            ) -> Iterator[tuple[bytes, int] | None]:
+    """The body split at `end`, each block with the time of its last piece; None marks a
+    gap (the block before it was cut and is not yielded). From piece `first` on, at
+    offset `expect`, when the pieces before it ended where blocks end."""
+    buf = bytearray()
     synced = True  # False after a gap: the first block then is the tail of a cut event
     in_gap = False
     last_ns = 0
-    for piece in body.pieces:
+    for piece in body.pieces[first:] if first else body.pieces:
         # a jump in offset is a gap; so is a piece past the keep limit (time, no bytes)
         if piece.offset != expect or not piece.data:
             if not in_gap:
@@ -69,6 +98,8 @@ def _blocks(body: Body, end: re.Pattern[bytes]) -> Iterator[tuple[bytes, int] | 
 
 
 def _sse_event(block: bytes, ns: int) -> StreamEvent | None:
+    if block.startswith(b"data: ") and b"\n" not in block and b"\r" not in block:
+        return StreamEvent("", block[6:], ns)  # one data line, the usual event
     name = ""
     data: list[bytes] = []
     for line in _LINE.split(block):
@@ -87,9 +118,11 @@ def _sse_event(block: bytes, ns: int) -> StreamEvent | None:
 
 
 def decode_sse(body: Body) -> Decoded:
-    events: list[StreamEvent] = []
     dropped = 0
-    for block in _blocks(body, _SSE_END):
+    events, first, expect = _sse_whole_pieces(body)
+    if first == len(body.pieces):
+        return Decoded(events, 0)
+    for block in _blocks(body, _SSE_END, first, expect):
         if block is None:
             dropped += 1
             continue

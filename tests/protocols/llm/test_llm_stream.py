@@ -139,3 +139,28 @@ def test_garbage_never_raises(pieces):
     for decode in (decode_sse, decode_ndjson):
         decoded = decode(stream)
         assert all(isinstance(e, StreamEvent) for e in decoded.events)
+
+
+_SSE_PIECE = st.one_of(
+    st.sampled_from([b"data: {}\n\n", b"data: a\n\n", b"data:b\n\n", b"event: e\ndata: c\n\n",
+                     b": ping\n\n", b"data: x\ndata: y\n\n", b"\n\n", b"x", b"\n", b"data: z\r\n\r\n",
+                     b"data: q\n\n\n", b"data: 1\n\ndata: 2\n\n", b"\n\n\n\n", b"data: r\n",
+                     b"data: 3\n\n\ndata: 4\n\n", b""]),
+    st.binary(max_size=12), st.integers(1, 9).map(Lost))
+
+
+@settings(max_examples=400, deadline=None)
+@given(pieces=st.lists(_SSE_PIECE, max_size=8))
+def test_a_piece_per_event_reads_as_the_search_does(pieces):
+    """decode_sse reads the pieces that end where events end without searching them:
+    what it finds must be what the search finds, whatever the pieces are."""
+    from otel_ebpf.protocols.llm import stream
+
+    made = body(*[p for p in pieces if not isinstance(p, bytes) or p])
+    searched = stream.Decoded([], 0)
+    for block in stream._blocks(made, stream._SSE_END):
+        if block is None:
+            searched.dropped += 1
+        elif (event := stream._sse_event(*block)) is not None:
+            searched.events.append(event)
+    assert decode_sse(made) == searched
