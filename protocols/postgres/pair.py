@@ -1,0 +1,94 @@
+"""Requests and their answers, in order: a simple query ends at ReadyForQuery (every
+statement's completion before it counts), an Execute at its own completion or error; an
+Execute the server skipped after an error (until Sync) has no answer and no span."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..base import Record, SmallDeque
+from .wire import PgRequest, PgResponse, PgState
+
+_UNTIL_READY = frozenset("QF0")  # answered up to ReadyForQuery (0: the startup)
+
+
+@dataclass(slots=True, kw_only=True)
+class PgRecord(Record):
+    request: PgRequest  # named so: the tracker fills the span's correlation from them
+    response: PgResponse | None = None
+    database: str = ""
+    tags: tuple[str, ...] = ()
+    rows: int = 0  # DataRows received
+    code: str = ""  # SQLSTATE of an ErrorResponse
+    error: str | None = None  # "timeout" or "connection_closed" when no answer came
+
+
+def pair(requests: SmallDeque, responses: SmallDeque, closed: bool, now_ns: int,
+         state: PgState, timeout_ns: int) -> list[PgRecord]:
+    records: list[PgRecord] = []
+    while requests:
+        request = requests[0]
+        kind = request.kind
+        if kind in _UNTIL_READY or kind == "S":
+            done = False
+            while responses:
+                response = responses.popleft()
+                if response.kind == "Z":
+                    done = True
+                    break
+                if kind in _UNTIL_READY:  # a Sync's errors belong to no execute
+                    _take(request, response)
+            if done:
+                requests.popleft()
+                if kind in "QF":
+                    records.append(_record(request, response, state))
+                continue
+        elif kind == "E":
+            if responses:
+                response = responses[0]
+                requests.popleft()
+                if response.kind == "Z":  # skipped after an error: the Sync's answer
+                    state.not_executed += 1
+                    continue
+                responses.popleft()
+                records.append(_record(request, response, state, response.rows))
+                continue
+        else:  # unknown kind: nothing answers it
+            requests.popleft()
+            continue
+        # no (whole) answer yet: wait, unless the connection ended or it is late
+        late = now_ns - request.end_ns > timeout_ns and not state.copying
+        if not (closed or late):
+            break
+        requests.popleft()
+        if kind in "QFE":
+            records.append(_record(request, None, state,
+                                   error="connection_closed" if closed else "timeout"))
+    if responses:
+        state.orphans += sum(1 for r in responses if r.kind != "Z")
+        responses.clear()
+    return records
+
+
+def _take(request: PgRequest, response: PgResponse) -> None:
+    """One statement's completion (or error) inside a simple query."""
+    if response.kind == "E":
+        request.code = request.code or response.code
+    elif response.kind == "C":
+        if request.tags is None:
+            request.tags = []
+        request.tags.append(response.tag)
+    request.rows += response.rows
+
+
+def _record(request: PgRequest, response: PgResponse | None, state: PgState,
+            rows: int | None = None, error: str | None = None) -> PgRecord:
+    if request.kind == "E":
+        tags = (response.tag,) if response is not None and response.kind == "C" else ()
+        code = response.code if response is not None else ""
+        if request.statement is None:
+            state.unknown += 1
+    else:
+        tags, code, rows = tuple(request.tags or ()), request.code, request.rows
+    return PgRecord(request=request, response=response, database=state.database, tags=tags,
+                    rows=rows or 0, code=code, error=error)
