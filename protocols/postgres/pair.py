@@ -1,6 +1,7 @@
 """Requests and their answers, in order: a simple query ends at ReadyForQuery (every
 statement's completion before it counts), an Execute at its own completion or error; an
-Execute the server skipped after an error (until Sync) has no answer and no span."""
+Execute the server skipped after an error (until Sync) has no answer and no span; a Sync
+that meets an error no Execute took (a prepare that failed) is reported with its Parse."""
 
 from __future__ import annotations
 
@@ -36,11 +37,12 @@ def pair(requests: SmallDeque, responses: SmallDeque, closed: bool, now_ns: int,
                 if response.kind == "Z":
                     done = True
                     break
-                if kind in _UNTIL_READY:  # a Sync's errors belong to no execute
-                    _take(request, response)
+                _take(request, response)
             if done:
                 requests.popleft()
-                if kind in "QF":
+                # a Sync's error is one of a Parse (a prepare that failed) when no Execute
+                # took it: reported with that Parse's statement
+                if kind in "QF" or (kind == "S" and request.code and request.statement):
                     records.append(_record(request, response, state))
                 continue
         elif kind == "E":

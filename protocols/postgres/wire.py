@@ -72,7 +72,7 @@ class Portal:
 class PgState(ParserState):
     __slots__ = ("answer_pending", "copying", "database", "encrypted", "portals", "rows",
                  "statements", "unnamed", "unnamed_portal", "orphans", "unknown",
-                 "not_executed", "cancels", "user")
+                 "not_executed", "cancels", "user", "last_parsed")
 
     def __init__(self, conn: ConnInfo, max_statements: int) -> None:
         super().__init__(conn)
@@ -92,6 +92,9 @@ class PgState(ParserState):
         self.unknown = 0  # executes of a statement prepared before we saw it
         self.not_executed = 0  # executes the server skipped after an error, until Sync
         self.cancels = 0
+        # the statement of the last Parse not followed by an Execute: a Sync that meets an
+        # error (a prepare that failed) reports it
+        self.last_parsed: tuple[Statement, str] | None = None
 
 
 def _cstr(buf: memoryview, start: int, end: int) -> tuple[str, int] | None:
@@ -196,6 +199,7 @@ def _request(buf: memoryview, state: PgState) -> tuple[ParseResult, Frame | None
             state.statements[name] = statement
         else:
             state.unnamed = statement
+        state.last_parsed = (statement, name)
         return ParseResult.NEED_MORE, None, total
     if kind == 0x42:  # B: portal, statement, formats, parameters (never kept), formats
         if have < total and have < 5 + 2 * MAX_NAME:
@@ -220,6 +224,7 @@ def _request(buf: memoryview, state: PgState) -> tuple[ParseResult, Frame | None
     if have < total:
         return ParseResult.NEED_MORE, None, 0
     if kind == 0x45:  # E: portal, max rows
+        state.last_parsed = None
         got = _cstr(buf, 5, total)
         if got is None:
             return ParseResult.INVALID, None, 0
@@ -228,8 +233,10 @@ def _request(buf: memoryview, state: PgState) -> tuple[ParseResult, Frame | None
             return ParseResult.FRAME, _make_request("E", None, "", None), total
         return ParseResult.FRAME, _make_request("E", entry.statement, entry.name,
                                                       entry.top_k), total
-    if kind == 0x53:  # S
-        return ParseResult.FRAME, _make_request("S", None, "", None), total
+    if kind == 0x53:  # S: carries the Parse before it, which an error there is about
+        statement, name = state.last_parsed or (None, "")
+        state.last_parsed = None
+        return ParseResult.FRAME, _make_request("S", statement, name, None), total
     if kind == 0x43:  # C: close a statement or a portal
         got = _cstr(buf, 6, total)
         if got is not None and got[0]:

@@ -271,3 +271,16 @@ def test_infer():
     for head in (b"GET / HTTP/1.1\r\n", b"PRI * HTTP/2.0", b"\x00\x00\x00\x08\x00\x00\x00\x00",
                  b"Q\x00\x00\x00\x05\x00", b"Quit\r\n", b"\x16\x03\x01\x00"):
         assert p.infer(Direction.EGRESS, head, c) is None
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_failed_prepare_is_reported_with_its_statement(mode):
+    # asyncpg prepares with Parse, Describe, Sync: the error is the Parse's
+    events = HELLO + [(REQ, m.parse("SELECT * FROM missing WHERE id = $1", "__asyncpg_stmt_1__")
+                       + m.describe(b"S", "__asyncpg_stmt_1__") + m.SYNC),
+                      (RESP, m.error("42P01") + m.ready()),
+                      (REQ, m.parse("SELECT 1", "ok") + m.describe(b"S", "ok") + m.SYNC),
+                      (RESP, m.PARSE_COMPLETE + m.parameter_description() + m.NO_DATA + m.ready())]
+    _, (span,) = spans_of(events, mode)
+    assert span.name == "SELECT missing" and span.attributes["error.type"] == "42P01"
+    assert span.attributes["postgresql.statement.name"] == "__asyncpg_stmt_1__"
