@@ -153,9 +153,26 @@ def parse(direction: Direction, buf: memoryview, state: PgState
           ) -> tuple[ParseResult, Frame | None, int]:
     if state.encrypted:
         return ParseResult.NEED_MORE, None, UNTIL_CLOSE
-    if direction == state.requests:
-        return _request(buf, state)
-    return _response(buf, state)
+    one = _request if direction == state.requests else _response
+    # messages stepped over (a Parse, a Bind, rows) and the frame after them in one call:
+    # the tracker's step per call costs more than reading a message
+    at, have = 0, len(buf)
+    while True:
+        result, frame, consumed = one(buf[at:] if at else buf, state)
+        if result is not _NEED_MORE or consumed <= 0 or consumed >= UNTIL_CLOSE \
+                or at + consumed >= have:
+            break
+        at += consumed
+    if not at:
+        return result, frame, consumed
+    if result is _INVALID:  # the next call reports it, at its own start
+        return _NEED_MORE, None, at
+    if consumed >= UNTIL_CLOSE:
+        return _NEED_MORE, None, UNTIL_CLOSE
+    return result, frame, at + consumed
+
+
+_NEED_MORE, _INVALID = ParseResult.NEED_MORE, ParseResult.INVALID
 
 
 def _request(buf: memoryview, state: PgState) -> tuple[ParseResult, Frame | None, int]:
