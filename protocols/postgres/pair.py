@@ -26,10 +26,25 @@ class PgRecord(Record):
 
 def pair(requests: SmallDeque, responses: SmallDeque, closed: bool, now_ns: int,
          state: PgState, timeout_ns: int) -> list[PgRecord]:
+    """A ReadyForQuery may come as a frame of its own or folded into the completion or
+    error before it (`ready`); a Sync as a frame or folded into the Execute before it
+    (`sync`). `state.owed` counts ReadyForQuery frames an Execute with its Sync still has
+    to take; `state.skipping` says the batch's ReadyForQuery came before its Sync did (an
+    error, or a folded completion): requests up to that Sync get no answer."""
     records: list[PgRecord] = []
-    while requests:
+    while True:
+        _pay(responses, state)
+        if not requests:
+            break
         request = requests[0]
         kind = request.kind
+        if state.skipping and kind in "ES":  # the batch's ReadyForQuery is already taken
+            requests.popleft()
+            if kind == "E":
+                state.not_executed += 1
+            state.skipping = kind == "E" and not request.sync
+            continue
+        state.skipping = False
         if kind in _UNTIL_READY or kind == "S":
             done = False
             while responses:
@@ -38,6 +53,9 @@ def pair(requests: SmallDeque, responses: SmallDeque, closed: bool, now_ns: int,
                     done = True
                     break
                 _take(request, response)
+                if response.ready:
+                    done = True
+                    break
             if done:
                 requests.popleft()
                 # a Sync's error is one of a Parse (a prepare that failed) when no Execute
@@ -47,13 +65,17 @@ def pair(requests: SmallDeque, responses: SmallDeque, closed: bool, now_ns: int,
                 continue
         elif kind == "E":
             if responses:
-                response = responses[0]
+                response = responses.popleft()
                 requests.popleft()
                 if response.kind == "Z":  # skipped after an error: the Sync's answer
                     state.not_executed += 1
+                    state.skipping = not request.sync  # up to the Sync it belongs to
                     continue
-                responses.popleft()
                 records.append(_record(request, response, state, response.rows))
+                if request.sync and not response.ready:
+                    state.owed += 1
+                elif response.ready and not request.sync:
+                    state.skipping = True
                 continue
         else:  # unknown kind: nothing answers it
             requests.popleft()
@@ -70,6 +92,14 @@ def pair(requests: SmallDeque, responses: SmallDeque, closed: bool, now_ns: int,
         state.orphans += sum(1 for r in responses if r.kind != "Z")
         responses.clear()
     return records
+
+
+def _pay(responses: SmallDeque, state: PgState) -> None:
+    """Take the ReadyForQuery an Execute with its Sync owes (and what precedes it)."""
+    while state.owed and responses:
+        response = responses.popleft()
+        if response.kind == "Z" or response.ready:
+            state.owed -= 1
 
 
 def _take(request: PgRequest, response: PgResponse) -> None:

@@ -46,6 +46,7 @@ class PgRequest(Frame):
     tags: list[str] | None = None
     rows: int = 0
     code: str = ""
+    sync: bool = False  # an Execute the Sync right after it was read with: it owns the Z
 
 
 @dataclass(slots=True, kw_only=True)
@@ -57,6 +58,7 @@ class PgResponse(Frame):
     tag: str = ""
     rows: int = 0
     code: str = ""
+    ready: bool = False  # the ReadyForQuery right after it was read with it
 
 
 _make_request = positional_maker(PgRequest, ("kind", "statement", "statement_name", "top_k"))
@@ -72,7 +74,7 @@ class Portal:
 class PgState(ParserState):
     __slots__ = ("answer_pending", "copying", "database", "encrypted", "portals", "rows",
                  "statements", "unnamed", "unnamed_portal", "orphans", "unknown",
-                 "not_executed", "cancels", "user", "last_parsed")
+                 "not_executed", "cancels", "user", "last_parsed", "owed", "skipping")
 
     def __init__(self, conn: ConnInfo, max_statements: int) -> None:
         super().__init__(conn)
@@ -95,6 +97,8 @@ class PgState(ParserState):
         # the statement of the last Parse not followed by an Execute: a Sync that meets an
         # error (a prepare that failed) reports it
         self.last_parsed: tuple[Statement, str] | None = None
+        self.owed = 0  # ReadyForQuery bookkeeping of pairing (pair.py)
+        self.skipping = False
 
 
 def _cstr(buf: memoryview, start: int, end: int) -> tuple[str, int] | None:
@@ -246,10 +250,12 @@ def _request(buf: memoryview, state: PgState) -> tuple[ParseResult, Frame | None
         if got is None:
             return ParseResult.INVALID, None, 0
         entry = state.portals.get(got[0]) if got[0] else state.unnamed_portal
-        if entry is None:
-            return ParseResult.FRAME, _make_request("E", None, "", None), total
-        return ParseResult.FRAME, _make_request("E", entry.statement, entry.name,
-                                                      entry.top_k), total
+        frame = _make_request("E", None, "", None) if entry is None else \
+            _make_request("E", entry.statement, entry.name, entry.top_k)
+        if bytes(buf[total : total + 5]) == _SYNC:  # one frame for both: the common case
+            frame.sync = True
+            total += 5
+        return ParseResult.FRAME, frame, total
     if kind == 0x53:  # S: carries the Parse before it, which an error there is about
         statement, name = state.last_parsed or (None, "")
         state.last_parsed = None
@@ -359,7 +365,8 @@ def _response(buf: memoryview, state: PgState) -> tuple[ParseResult, Frame | Non
         tag = bytes(buf[5:total]).rstrip(b"\0").decode("ascii", "replace")
         rows, state.rows = state.rows, 0
         state.copying = False
-        return ParseResult.FRAME, PgResponse(kind="C", tag=tag, rows=rows), total
+        frame = PgResponse(kind="C", tag=tag, rows=rows)
+        return ParseResult.FRAME, frame, total + _ready_after(buf, total, frame)
     if kind == 0x5A:  # Z: ReadyForQuery
         if total != 6:
             return ParseResult.INVALID, None, 0
@@ -373,7 +380,8 @@ def _response(buf: memoryview, state: PgState) -> tuple[ParseResult, Frame | Non
             return ParseResult.NEED_MORE, None, 0
         state.rows = 0
         state.copying = False
-        return ParseResult.FRAME, PgResponse(kind="E", code=_sqlstate(buf, min(total, have))), total
+        frame = PgResponse(kind="E", code=_sqlstate(buf, min(total, have)))
+        return ParseResult.FRAME, frame, total + _ready_after(buf, total, frame)
     if kind in b"sI":  # PortalSuspended, EmptyQueryResponse
         rows, state.rows = state.rows, 0
         return ParseResult.FRAME, PgResponse(kind=chr(kind), rows=rows), total
@@ -381,6 +389,19 @@ def _response(buf: memoryview, state: PgState) -> tuple[ParseResult, Frame | Non
         state.copying = True
     # everything else (RowDescription, ParameterStatus, notices, COPY data, ...): skipped
     return ParseResult.NEED_MORE, None, total
+
+
+_SYNC = b"S\0\0\0\x04"
+_READY = b"Z\0\0\0\x05"
+
+
+def _ready_after(buf: memoryview, at: int, frame: PgResponse) -> int:
+    """The bytes of a ReadyForQuery right at `at`, read with the frame before it (0 when
+    none is there whole): a frame less for the tracker per exchange."""
+    if len(buf) >= at + 6 and bytes(buf[at : at + 5]) == _READY:
+        frame.ready = True
+        return 6
+    return 0
 
 
 def _sqlstate(buf: memoryview, end: int) -> str:
