@@ -284,3 +284,36 @@ def test_failed_prepare_is_reported_with_its_statement(mode):
     _, (span,) = spans_of(events, mode)
     assert span.name == "SELECT missing" and span.attributes["error.type"] == "42P01"
     assert span.attributes["postgresql.statement.name"] == "__asyncpg_stmt_1__"
+
+
+def _mixed(events, whole_side):
+    """Requests whole and answers byte by byte, or the other way: a Sync read with its
+    Execute on one side, a ReadyForQuery read apart on the other (and the reverse)."""
+    driver = ConnectionDriver(PostgresParser(), conn_info())
+    for side, data in events:
+        direction = Direction.EGRESS if side == REQ else Direction.INGRESS
+        if side == whole_side:
+            driver.feed(direction, data)
+        else:
+            for i in range(len(data)):
+                driver.feed(direction, data[i : i + 1])
+    driver.close()
+    return driver.spans()
+
+
+@pytest.mark.parametrize("whole_side", [REQ, RESP])
+def test_folded_and_apart_sync_and_ready_pair_the_same(whole_side):
+    batch = [
+        (REQ, m.parse("SELECT a FROM x") + m.bind() + m.execute() + m.SYNC),
+        (RESP, m.PARSE_COMPLETE + m.BIND_COMPLETE + m.data_row(b"1") + m.complete("SELECT 1")
+         + m.ready()),
+        (REQ, m.parse("SELEC bad") + m.bind() + m.execute() + m.parse("SELECT b FROM y")
+         + m.bind() + m.execute() + m.SYNC),
+        (RESP, m.error("42601") + m.ready()),
+        (REQ, m.query("DELETE FROM z")), (RESP, m.complete("DELETE 2") + m.ready()),
+        (REQ, m.parse("SELECT c FROM w") + m.bind() + m.execute() + m.SYNC),
+        (RESP, m.PARSE_COMPLETE + m.BIND_COMPLETE + m.complete("SELECT 0") + m.ready()),
+    ]
+    spans = _mixed(HELLO + batch, whole_side)
+    assert [(s.name, s.attributes.get("error.type")) for s in spans] == [
+        ("SELECT x", None), ("SELEC", "42601"), ("DELETE z", None), ("SELECT w", None)]
