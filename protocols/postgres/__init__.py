@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ..base import ConnInfo, Direction, Frame, NeutralSpan, ParseResult, ProtocolParser, Role
-from ..base import SmallDeque
+from ..base import (
+    ConnInfo, Direction, Frame, NeutralSpan, ParseResult, ProtocolParser, Role, SmallDeque,
+)
 from ..options import Duration, Integer, Schema
 from . import wire
 from .pair import PgRecord, pair
