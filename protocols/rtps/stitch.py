@@ -37,6 +37,7 @@ MAX_DESTINATIONS = 32  # peers one sample is remembered to have gone to (fan-out
 MAX_NACKED = 256  # sequence numbers remembered per (process, writer) as asked for again
 DISCOVERY_HEAD = 65536  # reassembled discovery samples are kept whole up to this size
 
+EVERY_PARTICIPANT = bytes(12)  # an INFO_DST prefix of zeros: no participant named
 Key = tuple[bytes, int]  # (writer GUID, sequence number): a sample's identity everywhere
 Waiting = tuple[ConnInfo, "Sample"]  # a sample waiting for its names or send time
 Destination = tuple[tuple[str, int] | None, bytes]  # (peer, INFO_DST prefix)
@@ -334,7 +335,7 @@ def _builtin(writer_id: int, data: bytes, inline_qos: dict[int, bytes], little: 
 
 
 def _reader(sub: Addressed) -> bytes | None:
-    if not sub.reader_id or sub.dst_prefix == bytes(12):
+    if not sub.reader_id or sub.dst_prefix == EVERY_PARTICIPANT:
         return None
     return sub.dst_prefix + sub.reader_id.to_bytes(4, "big")
 
@@ -453,7 +454,7 @@ def _acknack(state: RTPSState, frame: RTPSMessage, sub: AckNack, shared: Shared)
     if not sub.missing:
         return
     state.count("nacked_samples", len(sub.missing))
-    if frame.direction is Direction.EGRESS and sub.dst_prefix != bytes(12):
+    if frame.direction is Direction.EGRESS and sub.dst_prefix != EVERY_PARTICIPANT:
         # the reader on this process asks again: a copy that comes later is a repair
         pid, writer = state.conn.pid, sub.writer_guid
         nacked = shared.nacked.get((pid, writer))
@@ -487,6 +488,8 @@ _HANDLERS = {
 
 
 def _expire_reassembly(state: RTPSState, now: int, limits: Limits, final: bool) -> None:
+    if not state.reassembly:
+        return
     stale = [k for k, e in state.reassembly.items()
              if final or now - e.end_ns > limits.reassembly_timeout_ns]
     for key in stale:
@@ -537,7 +540,7 @@ def _latency(sent: Sent | None, sample: Sample) -> int | None:
     the send it repaired."""
     if sent is None:
         return None
-    named = sample.dst_prefix != bytes(12)
+    named = sample.dst_prefix != EVERY_PARTICIPANT
     before = [ns for (_, prefix), ns in sent.destinations.items()
               if ns <= sample.end_ns and (prefix == sample.dst_prefix or not named)]
     if not before and named:
