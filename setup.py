@@ -23,5 +23,7 @@ setup(
                   extra_compile_args=FAST_FLAGS),
         Extension("otel_ebpf._fast.rtps", ["otel_ebpf/_fast/rtps.c"],
                   depends=["otel_ebpf/_fast/slots.h"], extra_compile_args=FAST_FLAGS),
+        Extension("otel_ebpf._fast.sse", ["otel_ebpf/_fast/sse.c"],
+                  extra_compile_args=FAST_FLAGS),
     ],
 )
