@@ -75,6 +75,7 @@ INSTRUMENTS: Mapping[str, Instrument] = {
 }
 
 Attributes = dict[str, AttributeValue]
+EGRESS, PRODUCER, CONSUMER = Direction.EGRESS, SpanKind.PRODUCER, SpanKind.CONSUMER  # bound once
 
 
 def to_spans(record: MessageRecord | CallRecord, conn: ConnInfo) -> list[NeutralSpan]:
@@ -85,7 +86,7 @@ def to_spans(record: MessageRecord | CallRecord, conn: ConnInfo) -> list[Neutral
 
 def _message(record: MessageRecord) -> NeutralSpan:
     sample, names = record.sample, record.names
-    publish = sample.direction is Direction.EGRESS
+    publish = sample.direction is EGRESS
     system = "ros2" if names is not None and names.kind is not None else "dds"
     destination = names.destination if names is not None else f"0x{sample.writer[12:].hex()}"
     operation = "publish" if publish else "receive"
@@ -111,7 +112,7 @@ def _message(record: MessageRecord) -> NeutralSpan:
         measurements.append(Measurement(RELIABILITY_EVENTS, float(n), {**common, EVENT: event}))
     return NeutralSpan(
         name=f"{operation} {destination}",
-        kind=SpanKind.PRODUCER if publish else SpanKind.CONSUMER,
+        kind=PRODUCER if publish else CONSUMER,
         start_ns=sample.start_ns,
         end_ns=max(sample.end_ns, sample.start_ns),
         conn=record.conn,
