@@ -21,5 +21,9 @@ setup(
                   depends=["otel_ebpf/_fast/slots.h"], extra_compile_args=FAST_FLAGS),
         Extension("otel_ebpf._fast.otlp", ["otel_ebpf/_fast/otlp.c"],
                   extra_compile_args=FAST_FLAGS),
+        Extension("otel_ebpf._fast.rtps", ["otel_ebpf/_fast/rtps.c"],
+                  depends=["otel_ebpf/_fast/slots.h"], extra_compile_args=FAST_FLAGS),
+        Extension("otel_ebpf._fast.sse", ["otel_ebpf/_fast/sse.c"],
+                  extra_compile_args=FAST_FLAGS),
     ],
 )

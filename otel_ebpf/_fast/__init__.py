@@ -4,7 +4,9 @@ Each module here is an implementation of something Python keeps as the reference
 `ring` drains the BPF ring buffer and decodes its records (otel_ebpf/kernel/abi.py),
 `http1` frames plain HTTP/1 heads and whole plain messages (protocols/http1/parse.py,
 llhttp), `conn` takes a connection's usual data event (otel_ebpf/conntrack/connection.py),
-`otlp` writes OTLP Span messages (otel_ebpf/export/otlp_proto.py). All are built by
+`otlp` writes OTLP Span messages (otel_ebpf/export/otlp_proto.py), `rtps` reads RTPS
+datagrams into submessages (protocols/rtps/parse.py), `sse` splits SSE bodies into
+events (protocols/llm/stream.py). All are built by
 `pip install -e .` (setup.py); when they are missing (no compiler) or
 OTEL_EBPF_PURE_PYTHON=1 is set, every caller takes the Python path, which produces the
 same events, frames and spans (the differential tests check it on the same input).
@@ -31,3 +33,5 @@ ring = _load("ring")
 http1 = _load("http1")
 otlp = _load("otlp")
 conn = _load("conn")
+rtps = _load("rtps")
+sse = _load("sse")

@@ -14,6 +14,8 @@ import binascii
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from .endpoints import ANTHROPIC, GEMINI, OLLAMA, OPENAI, Route
 from .eventstream import Frames
 from .response import (
@@ -41,18 +43,31 @@ MAX_CONTENT_TIMES = 65_536  # one per chunk; the Body keeps no more pieces than 
 
 
 def _openai_chunk(doc: dict[str, Any], info: ResponseInfo) -> bool:
-    """A chat.completion.chunk (delta) or a legacy text_completion chunk (text)."""
-    info.identify(doc)
-    if doc.get("error") is not None:  # an error in the middle of a 200 stream
-        info.error_type = api_error(doc.get("error")) or "_OTHER"
-    openai_usage(doc.get("usage"), info)  # the include_usage chunk: choices empty
-    info.system_fingerprint = info.system_fingerprint or text(doc.get("system_fingerprint"))
-    info.service_tier = info.service_tier or text(doc.get("service_tier"))
+    """A chat.completion.chunk (delta) or a legacy text_completion chunk (text). Called per
+    chunk: the helpers (identify, integer, mapping...) are inlined where a stream's later
+    chunks would only call them to learn nothing new."""
+    if info.id is None or info.model is None:
+        info.identify(doc)
+    error = doc.get("error")
+    if error is not None:  # an error in the middle of a 200 stream
+        info.error_type = api_error(error) or "_OTHER"
+    usage = doc.get("usage")
+    if usage:  # the include_usage chunk: choices empty
+        openai_usage(usage, info)
+    if not info.system_fingerprint:
+        info.system_fingerprint = text(doc.get("system_fingerprint"))
+    if not info.service_tier:
+        info.service_tier = text(doc.get("service_tier"))
+    choices = doc.get("choices")
+    if not isinstance(choices, list):
+        return False
     content = False
-    for position, choice in enumerate(sequence(doc.get("choices"))):
-        choice = mapping(choice)
-        index = integer(choice.get("index"))
-        index = position if index is None else index
+    for position, choice in enumerate(choices):
+        if not isinstance(choice, dict):
+            choice = {}
+        index = choice.get("index")
+        if not isinstance(index, int) or isinstance(index, bool):
+            index = position
         delta = mapping(choice.get("delta"))
         words = delta.get("content") if delta else choice.get("text")
         thought = delta.get("reasoning_content") or delta.get("reasoning")
@@ -212,9 +227,13 @@ def read_events(decoded: Decoded, route: Route, info: ResponseInfo) -> None:
     # Bedrock streams are AWS event streams (read_eventstream): SSE there is not its API
     handler = _HANDLERS.get((route.dialect, route.responses_api), _foreign)
     for event in decoded.events:
-        if event.data == b"[DONE]":  # OpenAI's end marker, not JSON
+        data = event.data
+        if data == b"[DONE]":  # OpenAI's end marker, not JSON
             continue
-        doc = loads(event.data)
+        try:  # response.loads, inline: once per chunk
+            doc = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            continue
         if not isinstance(doc, dict):
             continue
         if handler(doc, info) and len(info.content_ns) < MAX_CONTENT_TIMES:

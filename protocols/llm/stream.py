@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from otel_ebpf import _fast
+
 from ..layers import Body
 
 # an SSE event ends at a blank line; lines end with CRLF, LF or CR. A lone CR counts only
@@ -34,7 +36,7 @@ class Decoded:
     dropped: int  # events cut by a gap (counted as one per gap)
 
 
-def _sse_whole_pieces(body: Body) -> tuple[list[StreamEvent], int, int]:
+def _sse_whole_pieces_python(body: Body) -> tuple[list[StreamEvent], int, int]:
     """The events of the body's first pieces that each end where an event ends, LF only
     and without a gap (a server writes an event at a time; a client mostly reads whole
     ones): what _blocks and _sse_event make of them, without the search. Also the index of
@@ -60,6 +62,13 @@ def _sse_whole_pieces(body: Body) -> tuple[list[StreamEvent], int, int]:
                 if event is not None:
                     events.append(event)
     return events, len(pieces), expect
+
+
+def _sse_whole_pieces(body: Body) -> tuple[list[StreamEvent], int, int]:
+    """_sse_whole_pieces_python's result, from otel_ebpf/_fast/sse.c where it is built."""
+    if _WHOLE is not None:
+        return _WHOLE(body.pieces)
+    return _sse_whole_pieces_python(body)
 
 
 def _blocks(body: Body, end: re.Pattern[bytes], first: int = 0, expect: int = 0
@@ -143,3 +152,14 @@ def decode_ndjson(body: Body) -> Decoded:
         if line:
             events.append(StreamEvent("", line, block[1]))
     return Decoded(events, dropped)
+
+
+def _compiled():  # noqa: ANN202 - the C function, or None
+    fast = _fast.sse
+    if fast is None:
+        return None
+    fast.setup(StreamEvent, _sse_event)
+    return fast.whole_pieces
+
+
+_WHOLE = _compiled()

@@ -32,6 +32,7 @@ __all__ = [
 ]
 
 NS = 1_000_000_000
+_FRAME, _INVALID = ParseResult.FRAME, ParseResult.INVALID  # bound once: looked up per datagram
 # option -> the Limits field it sets, and the scale from the option's unit to the field's
 _FIELDS: dict[str, tuple[str, int]] = {
     "discovery_max_entries": ("discovery_max", 1),
@@ -96,8 +97,8 @@ class RTPSParser(ProtocolParser):
     ) -> tuple[ParseResult, Frame | None, int]:
         message = _parse.parse(buf)
         if message is None:
-            return ParseResult.INVALID, None, 0
-        return ParseResult.FRAME, message, len(buf)
+            return _INVALID, None, 0
+        return _FRAME, message, len(buf)
 
     def resync(self, direction: Direction, buf: memoryview, state: RTPSState) -> int | None:
         return None  # datagrams are never resynced: each is parsed whole

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+
+from otel_ebpf import _fast
 
 from ..base import Frame
 from .payload import parameters, sequence_number
@@ -244,8 +246,9 @@ class _Context:
         self.version, self.vendor = version, vendor
 
 
-def parse(buf: bytes | memoryview) -> RTPSMessage | None:
-    """The datagram's RTPS message, or None when it is not RTPS 2.x."""
+def parse_python(buf: bytes | memoryview) -> RTPSMessage | None:
+    """The datagram's RTPS message, or None when it is not RTPS 2.x. The reference:
+    `parse` is otel_ebpf/_fast/rtps.c's where it is built (the same objects, equal)."""
     if not is_rtps(buf):
         return None
     _, major, minor, vendor, prefix = _HEADER.unpack_from(buf, 0)
@@ -472,3 +475,21 @@ _DECODERS: dict[int, Decoder] = {
     INFO_REPLY: _other,
     INFO_REPLY_IP4: _other,
 }
+
+
+def _compiled() -> Callable[[bytes | memoryview], RTPSMessage | None] | None:
+    """otel_ebpf/_fast/rtps.c's parse, given these classes (it writes their slots by offset;
+    RTPSMessage's Frame fields start as a default instance has them), or None."""
+    fast = _fast.rtps
+    if fast is None:
+        return None
+    own = {"version", "vendor", "prefix", "submessages", "truncated", "captured", "malformed",
+           "unknown"}
+    fast.setup((Data, DataFrag, Heartbeat, AckNack, NackFrag, HeartbeatFrag, Gap, InfoTs,
+                InfoDst, InfoSrc, Other, RTPSMessage),
+               tuple(f.name for f in fields(RTPSMessage) if f.name not in own), RTPSMessage(),
+               UNKNOWN_PREFIX)
+    return fast.parse
+
+
+parse: Callable[[bytes | memoryview], RTPSMessage | None] = _compiled() or parse_python

@@ -75,6 +75,7 @@ INSTRUMENTS: Mapping[str, Instrument] = {
 }
 
 Attributes = dict[str, AttributeValue]
+EGRESS, PRODUCER, CONSUMER = Direction.EGRESS, SpanKind.PRODUCER, SpanKind.CONSUMER  # bound once
 
 
 def to_spans(record: MessageRecord | CallRecord, conn: ConnInfo) -> list[NeutralSpan]:
@@ -85,20 +86,22 @@ def to_spans(record: MessageRecord | CallRecord, conn: ConnInfo) -> list[Neutral
 
 def _message(record: MessageRecord) -> NeutralSpan:
     sample, names = record.sample, record.names
-    publish = sample.direction is Direction.EGRESS
+    publish = sample.direction is EGRESS
     system = "ros2" if names is not None and names.kind is not None else "dds"
     destination = names.destination if names is not None else f"0x{sample.writer[12:].hex()}"
     operation = "publish" if publish else "receive"
+    writer = sample.writer.hex()
+    message_id = f"{writer}:{sample.seq}"  # Sample.message_id, its hex made once
     attrs: Attributes = {
         "messaging.system": system,
         "messaging.destination.name": destination,
         "messaging.operation.name": operation,
         "messaging.operation.type": "send" if publish else "receive",
-        "messaging.message.id": sample.message_id,
+        "messaging.message.id": message_id,
         "messaging.message.body.size": sample.size,
     }
     _names(names, attrs)
-    _sample(sample, record.conn, attrs)
+    _sample(sample, record.conn, attrs, writer)
     common: Attributes = {"messaging.system": system, "messaging.destination.name": destination}
     measurements = [Measurement(BODY_SIZE, float(sample.size),
                                 {**common, "messaging.operation.name": operation})]
@@ -109,13 +112,13 @@ def _message(record: MessageRecord) -> NeutralSpan:
         measurements.append(Measurement(RELIABILITY_EVENTS, float(n), {**common, EVENT: event}))
     return NeutralSpan(
         name=f"{operation} {destination}",
-        kind=SpanKind.PRODUCER if publish else SpanKind.CONSUMER,
+        kind=PRODUCER if publish else CONSUMER,
         start_ns=sample.start_ns,
         end_ns=max(sample.end_ns, sample.start_ns),
         conn=record.conn,
         attributes=attrs,
         protocol=PROTOCOL,
-        message_id=sample.message_id,
+        message_id=message_id,
         measurements=measurements,
     )
 
@@ -131,12 +134,17 @@ def _names(names: Names | None, attrs: Attributes) -> None:
         attrs[ROS_MESSAGE_TYPE] = names.message_type
 
 
-def _sample(sample: Sample, conn: ConnInfo, attrs: Attributes) -> None:
-    attrs[WRITER_GUID] = sample.writer.hex()
+def _vendor(vendor: int) -> str:
+    name = VENDORS.get(vendor)
+    return name if name is not None else f"0x{vendor:04x}"
+
+
+def _sample(sample: Sample, conn: ConnInfo, attrs: Attributes, writer: str) -> None:
+    attrs[WRITER_GUID] = writer
     attrs[SEQUENCE] = sample.seq
     if sample.reader is not None:
         attrs[READER_GUID] = sample.reader.hex()
-    attrs[VENDOR] = VENDORS.get(sample.vendor, f"0x{sample.vendor:04x}")
+    attrs[VENDOR] = _vendor(sample.vendor)
     if sample.fragments:
         attrs[FRAGMENTS] = sample.fragments
     if sample.repair:
@@ -171,7 +179,7 @@ def _call(record: CallRecord) -> NeutralSpan:
         attrs[f"{prefix}.address"], attrs[f"{prefix}.port"] = other
     attrs[WRITER_GUID] = request.writer.hex()
     attrs[SEQUENCE] = request.seq
-    attrs[VENDOR] = VENDORS.get(request.vendor, f"0x{request.vendor:04x}")
+    attrs[VENDOR] = _vendor(request.vendor)
     attrs[REQUEST_SIZE] = request.size
     if reply is not None:
         attrs[RESPONSE_SIZE] = reply.size
