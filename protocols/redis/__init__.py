@@ -34,6 +34,9 @@ class RedisParser(ProtocolParser):
         "capture_keys": Flag(False, "the key of each command in db.query.text (values never)"),
     }
 
+    # the tracker's step for a syscall that is one whole usual frame (a GET, its reply)
+    whole = staticmethod(resp.whole)
+
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
         self.timeout_ns = int(self.options["response_timeout"] * 1e9)
