@@ -94,7 +94,8 @@ def _simple(data: bytes, requests: bool) -> tuple[ParseResult, RedisFrame, int] 
                 return None
             if i < 2 or (i == 2 and args[0].upper() in CONTAINERS):
                 if pos - start > NEED_MAX + 2:
-                    args.append("")
+                    if i < 2:
+                        args.append("")  # an argument too long to keep
                 else:
                     args.append(data[start:pos - 2].decode("utf-8", "replace"))
         frame = _new_frame()
@@ -299,7 +300,7 @@ def parse(direction: Direction, buf: memoryview, state: RESPState,
                         if _wanted_arg(frame, d.index, length):
                             d.want, d.want_kind = length, kind
                             continue
-                        if d.index < 3:
+                        if d.index < 2:
                             _arg(frame, "")  # an argument too long to keep
                     elif not stack:
                         frame.kind = kind

@@ -294,3 +294,29 @@ def test_state_is_bounded_per_direction():
 def test_a_tick_alone_closes_nothing_early():
     _, spans = spans_of([(REQ, cmd("GET", "a")), (TICK, 5 * 10**9), (RESP, b"$-1\r\n")])
     assert [s.status for s in spans] == [StatusCode.UNSET]
+
+
+def _frames(events, monkeypatch=None):
+    driver = ConnectionDriver(RedisParser(), conn_info())
+    out = []
+    for direction, data in events:
+        driver.feed(direction, data)
+        for d in Direction:
+            out += [(f.direction, f.stream_pos, f.size, f.args, f.argc, f.kind, f.error, f.text,
+                     f.head, f.count, f.start_ns, f.end_ns) for f in driver.state.frames[d]]
+            driver.state.frames[d].clear()
+    return out, driver.invalid
+
+
+def test_the_whole_syscall_step_makes_the_frames_the_general_loop_makes(monkeypatch):
+    from otel_ebpf.protocols.redis import fuzz, resp
+    import random
+    rng = random.Random(7)
+    pieces = [(Direction.EGRESS, c) for c in fuzz.COMMANDS] + \
+             [(Direction.INGRESS, r) for r in fuzz.REPLIES] + \
+             [(Direction.EGRESS, cmd("SET", "k" * 200, "v")), (Direction.EGRESS, cmd("GET", "a") * 3),
+              (Direction.INGRESS, b"-" + b"E" * 600 + b"\r\n"), (Direction.INGRESS, b"$3\r\nabcd\r\n")]
+    scripts = [rng.choices(pieces, k=12) for _ in range(300)]
+    fast = [_frames(s) for s in scripts]
+    monkeypatch.setattr(resp, "_simple", lambda data, requests: None)
+    assert [_frames(s) for s in scripts] == fast
