@@ -66,7 +66,8 @@ class RedisParser(ProtocolParser):
         return to_spans(record, conn, self.capture_keys)
 
     def counters(self, state: RESPState) -> dict[str, int]:
-        return {"orphan_responses": state.orphans, "pushes": state.pushes}
+        return {"orphan_responses": state.orphans, "pushes": state.pushes,
+                "evicted": state.evicted}
 
 
 def _looks_like_command(head: bytes) -> bool:

@@ -18,6 +18,7 @@ SUBSCRIBES = frozenset({"subscribe", "unsubscribe", "psubscribe", "punsubscribe"
 # what a RESP2 array starts with when it is a pub/sub push, not a reply
 PUBSUB_KINDS = SUBSCRIBES | {"message", "pmessage", "smessage"}
 _PUSH, _ARRAY = 62, 42  # > *
+MAX_WAITING = 4096  # commands awaiting a reply on one connection
 
 
 @dataclass(slots=True, kw_only=True)
@@ -47,6 +48,12 @@ def pair(requests: SmallDeque, responses: SmallDeque, closed: bool, now_ns: int,
             state.db = None
     while requests and not requests[0].args:  # an empty inline line: no reply comes
         requests.popleft()
+    while len(requests) > MAX_WAITING:
+        # a client that pipelines without reading: the oldest commands end now, and their
+        # replies, when they come, are stepped over by count (pairing stays in order)
+        records.append(RedisRecord(request=requests.popleft(), db=state.db))
+        state.evicted += 1
+        state.skip_replies += 1
     while responses:
         reply = responses[0]
         if reply.after_gap:
@@ -58,6 +65,10 @@ def pair(requests: SmallDeque, responses: SmallDeque, closed: bool, now_ns: int,
         if _is_push(reply, requests, state):
             responses.popleft()
             _push(reply, requests, state, records)
+            continue
+        if state.skip_replies:  # a command evicted unanswered: this was its reply
+            responses.popleft()
+            state.skip_replies -= 1
             continue
         if not requests or reply.start_ns < requests[0].start_ns:
             # it answers a command never seen (capture began after it, or it was lost)

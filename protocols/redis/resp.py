@@ -175,7 +175,8 @@ class RESPState(ParserState):
     """Per connection: both directions' decoders and what pairing tracks (the database
     index, pub/sub mode, a transaction)."""
 
-    __slots__ = ("db", "decoders", "multi", "orphans", "pushes", "subscribed")
+    __slots__ = ("db", "decoders", "evicted", "multi", "orphans", "pushes", "skip_replies",
+                 "subscribed")
 
     def __init__(self, conn) -> None:
         super().__init__(conn)
@@ -186,6 +187,8 @@ class RESPState(ParserState):
         self.multi = False
         self.orphans = 0  # replies whose command was not seen
         self.pushes = 0  # out-of-band messages (pub/sub, invalidations): no span
+        self.evicted = 0  # commands ended unanswered past pair.MAX_WAITING
+        self.skip_replies = 0  # replies still to come for those
 
 
 def parse(direction: Direction, buf: memoryview, state: RESPState,

@@ -320,3 +320,19 @@ def test_the_whole_syscall_step_makes_the_frames_the_general_loop_makes(monkeypa
     fast = [_frames(s) for s in scripts]
     monkeypatch.setattr(resp, "_simple", lambda data, requests: None)
     assert [_frames(s) for s in scripts] == fast
+
+
+def test_commands_waiting_are_bounded_and_later_replies_still_pair_in_order(monkeypatch):
+    import importlib
+    monkeypatch.setattr(importlib.import_module("otel_ebpf.protocols.redis.pair"),
+                        "MAX_WAITING", 4)
+    driver = ConnectionDriver(RedisParser(), conn_info())
+    for i in range(6):
+        driver.feed(Direction.EGRESS, cmd("GET", f"k{i}"))
+    assert len(driver.state.frames[Direction.EGRESS]) == 4
+    driver.feed(Direction.INGRESS, b"".join(bulk(b"v%d" % i) for i in range(5)) + b"-ERR last\r\n")
+    driver.close()
+    spans = driver.spans()
+    assert len(spans) == 6 and driver.state.evicted == 2 and driver.state.orphans == 0
+    assert spans[-1].attributes["error.type"] == "ERR"  # the sixth reply, the sixth command
+    assert RedisParser().counters(driver.state)["evicted"] == 2
