@@ -129,3 +129,19 @@ def test_redis_commands_give_db_spans_at_both_ends(start_agent, redis_server):
         text = json.dumps(s.attrs)
         assert PLANTED_VALUE not in text and PLANTED_KEY not in text, s
     assert {s.attrs["db.query.text"] for s in spans if s.name == "SET"} >= {"SET ? ?"}
+
+
+def test_capture_keys_shows_keys_and_still_no_value(start_agent, redis_server):
+    agent = start_agent([redis_server], overrides={
+        "receivers": {"ebpf": {"protocols": {"redis": {"capture_keys": True}}}}})
+    run_redis_client(redis_server, 3, 4)
+    wanted = f"SET {PLANTED_KEY} ?"
+
+    def keyed(spans):
+        return {s.kind for s in spans if s.attrs.get("db.query.text") == wanted}
+
+    spans = agent.wait_for(lambda s: keyed(s) == {CLIENT, SERVER}, timeout_s=40)
+    assert keyed(spans) == {CLIENT, SERVER}
+    assert any(s.attrs.get("db.query.text") == f"GET {PLANTED_KEY}" for s in spans)
+    for s in spans:
+        assert PLANTED_VALUE not in json.dumps(s.attrs), s
