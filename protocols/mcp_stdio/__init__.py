@@ -162,6 +162,8 @@ class MCPStdioParser(ProtocolParser):
         # servers has one per server); (pid, inode answers come on) -> request inode
         self.request_pipes: dict[tuple[int, bool], list[str]] = {}
         self.bound: dict[tuple[int, str], str] = {}
+        # (pid, asked by this process?, request id) -> an answer seen before its request
+        self.early = BoundedTable(o["max_pending"])
         self.versions = BoundedTable(1024)  # pid -> the MCP version initialize settled on
 
     def _pushed_out(self, key: tuple, half: Half) -> None:
@@ -251,19 +253,31 @@ class MCPStdioParser(ProtocolParser):
                 if msg is None or msg.id is None:
                     continue  # not JSON-RPC, or a notification (no answer, no span)
                 half = Half(msg, line.start_ns, line.end_ns, conn, conn.local_addr)
+                # the two pipes are stitched in either order: a request read and answered
+                # within one batch may reach here after its answer
                 if msg.kind == REQUEST:
-                    self._ask(half, direction == _EGRESS)
+                    op = self._ask(half, direction == _EGRESS)
                 else:
                     op = self._answer(half, direction != _EGRESS)
-                    if op is not None:
-                        out.append(op)
+                if op is not None:
+                    out.append(op)
         if self.evicted:
             out += self.evicted
             self.evicted = []
         return out
 
-    def _ask(self, half: Half, mine: bool) -> None:
+    def _ask(self, half: Half, mine: bool) -> Operation | None:
         pid = half.conn.pid
+        early = self.early.pop((pid, mine, half.message.id), None)
+        # an answer seen first is this request's when it came later in time (else it is
+        # a stale one, of an earlier session whose ids this one reuses) on a pipe that goes
+        # to the same peer, as far as is known
+        if early is not None and early.end_ns >= half.start_ns:
+            bound = self.bound.get((pid, early.inode))
+            if bound is None or bound == half.inode:
+                self.bound.setdefault((pid, early.inode), half.inode)
+                return self._pair(half, early, mine)
+            self.early[(pid, mine, half.message.id)] = early  # another pipe's answer
         pipes = self.request_pipes.setdefault((pid, mine), [])
         if half.inode not in pipes:
             pipes.append(half.inode)
@@ -273,6 +287,7 @@ class MCPStdioParser(ProtocolParser):
         if old is not None:  # the same id asked again: the first went unanswered
             self.evicted.append(Operation(asked=old, asker=mine))
         self.waiting[key] = half
+        return None
 
     def _answer(self, half: Half, mine: bool) -> Operation | None:
         """The answer to a request asked by this process (`mine`) or by its peer."""
@@ -283,7 +298,8 @@ class MCPStdioParser(ProtocolParser):
         else:
             found = [(h.start_ns, inode) for inode in self.request_pipes.get((pid, mine), ())
                      if (h := self.waiting.get((pid, mine, ident, inode))) is not None]
-            if not found:
+            if not found:  # its request may come next (stitched later): it waits
+                self.early[(pid, mine, ident)] = half
                 return None
             found.sort()
             inode = found[0][1]
@@ -293,7 +309,12 @@ class MCPStdioParser(ProtocolParser):
                     self.bound.pop(next(iter(self.bound)))
             asked = self.waiting.pop((pid, mine, ident, inode))
         if asked is None:
+            self.early[(pid, mine, ident)] = half
             return None
+        return self._pair(asked, half, mine)
+
+    def _pair(self, asked: Half, half: Half, mine: bool) -> Operation:
+        pid = asked.conn.pid
         if asked.message.method == "initialize" and isinstance(half.message.result, dict):
             version = half.message.result.get("protocolVersion")
             if isinstance(version, str):

@@ -66,7 +66,7 @@ def test_stdio_tool_calls_give_mcp_spans_on_both_sides(start_agent, tmp_path: Pa
     for tool in ("get_weather", "fail"):
         found = tool_spans(spans, tool)
         assert [len(found[CLIENT]), len(found[SERVER])] == [1, 1], \
-            [(s.name, s.kind, s.attrs, s.resource) for s in spans]
+            [(s.name, s.kind, s.resource.get("process.pid"), s.attrs.get("jsonrpc.request.id")) for s in spans]
         client, server = found[CLIENT][0], found[SERVER][0]
         for span in (client, server):
             a = span.attrs

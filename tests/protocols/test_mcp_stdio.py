@@ -169,3 +169,17 @@ def test_requests_pushed_out_unanswered_are_exported_as_such():
     spans = client.spans()
     assert [s.name for s in spans] == ["tools/call t0"]
     assert spans[0].attributes["otel_ebpf.mcp.unanswered"] is True
+
+
+def test_an_answer_stitched_before_its_request_still_pairs():
+    # the agent stitches a process's two pipes in either order: the server's stdout (its
+    # answer) may be collected before its stdin (the request) within one batch
+    parser = MCPStdioParser()
+    server = Process(parser, 11, {TO_SERVER: 0, FROM_SERVER: 1})
+    read = server.pipes[TO_SERVER]
+    read.connection.on_data(IN, 0, len(CALL), CALL, 10, 10, 0, read.registry, read.stats)
+    server.pipes[FROM_SERVER].feed(OUT, OK, at=20)
+    read.stitch(30)
+    spans = server.spans()
+    assert [(s.name, s.kind) for s in spans] == [("tools/call get_weather", SpanKind.SERVER)]
+    assert spans[0].start_ns == 10 and spans[0].end_ns == 20
