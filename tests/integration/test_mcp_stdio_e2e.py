@@ -88,9 +88,43 @@ def test_stdio_tool_calls_give_mcp_spans_on_both_sides(start_agent, tmp_path: Pa
         # both ends name the request by the pipe it went on: the client's span is the parent
         assert server.parent_span_id == client.span_id and server.trace_id == client.trace_id
         assert client.start <= server.start and server.end <= client.end
-    assert {s.attrs.get("mcp.method.name") for s in spans} >= {"initialize", "tools/call"}
+    # the SDK (auto mode) discovers the server, lists its tools, then calls them
+    assert {s.attrs.get("mcp.method.name") for s in spans} >= {"tools/list", "tools/call"}
     assert not tool_spans(spans, "ping")[CLIENT] and not tool_spans(spans, "ping")[SERVER]
     assert agent.stop() == 0
     text = agent.traces.read_text()
     assert city not in text and reason not in text
     assert '"ping"' not in text
+
+
+def test_a_process_selected_by_pid_and_the_server_it_forks(start_agent):
+    # the client waits for a line before it runs its server: the agent is told its pid,
+    # and its server (named as any Python) is selected because the client forked it
+    client = subprocess.Popen(
+        [str(VENV_BIN / "python"), "-m", "tests.integration.peers.mcp_stdio_client",
+         str(REPO), "get_weather=Paris"], cwd=REPO, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env={**os.environ, "MCP_WAIT": "1"})
+    try:
+        assert client.stdout.readline().strip() == "waiting"
+        agent = start_agent([1], overrides={"receivers": {"ebpf": {
+            "pipes": {"pids": [client.pid]}}}})
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        out, _ = client.communicate(timeout=120)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+    assert json.loads(out.splitlines()[0])["text"] == "sunny in Paris"
+
+    def done(spans: list[Span]) -> bool:
+        found = tool_spans(spans, "get_weather")
+        return bool(found[CLIENT] and found[SERVER])
+
+    spans = agent.wait_for(done, timeout_s=60)
+    found = tool_spans(spans, "get_weather")
+    assert found[CLIENT][0].resource["process.pid"] == client.pid
+    assert found[SERVER][0].resource["service.name"] == "mcp-stdio-weather"
+    assert found[SERVER][0].parent_span_id == found[CLIENT][0].span_id
+    assert agent.stop() == 0
