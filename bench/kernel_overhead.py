@@ -8,8 +8,11 @@ connection, side by side in one run, for three modes:
 Run as root:  .venv/bin/python bench/kernel_overhead.py [--rounds 5] [--iterations 50000]
               [--size 256] [--baseline DIR] [--stats] [--pipe] [--out docs/performance.md]
 
---pipe runs the pairs on a pipe instead (`off` and `filtered` only: pipes are never
-captured): what every pipe read and write on the host pays while the programs are loaded.
+--pipe runs the pairs on a pipe instead, in four modes: `off`, `filtered` (programs
+loaded, no pipe selected: receivers.ebpf.pipes empty, the default), `unselected` (pipes of
+another process name selected: what every other process's pipe read and write pays) and
+`selected` (the loop's process selected by name, run through a link named `pipe-bench`:
+every call's payload copied, never muted, as an MCP server's stdin and stdout are).
 
 Each round runs every mode once, in a fresh process; the table reports medians over
 rounds and the ratio to `off`. The ring buffer is drained concurrently, as the agent does.
@@ -67,8 +70,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_loop(port: int, iterations: int, size: int) -> float:
-    out = subprocess.run([sys.executable, "-c", LOOP, str(port), str(iterations), str(size),
+PIPE_NAME = "pipe-bench"  # the selected loop's command name (--pipe, mode `selected`)
+
+
+def run_loop(port: int, iterations: int, size: int, executable: str = sys.executable) -> float:
+    out = subprocess.run([executable, "-c", LOOP, str(port), str(iterations), str(size),
                           "pipe" if PIPE else "tcp"],
                          capture_output=True, text=True, check=True, timeout=600)
     return json.loads(out.stdout)["ns_per_pair"]
@@ -108,11 +114,20 @@ def measure(mode: str, iterations: int, size: int, baseline: Path | None = None,
     if mode == "off":
         return run_loop(port, iterations, size), 0, 0
     selected = port if mode.startswith("traced") else free_port()
+    pipes = {"selected": (PIPE_NAME,), "unselected": ("no-such-name",)}.get(mode, ())
+    executable = sys.executable
+    if mode == "selected":  # comm comes from the name exec'd: a link to the interpreter
+        link = Path(f"/tmp/otel-ebpf-bench-{os.getpid()}") / PIPE_NAME
+        link.parent.mkdir(exist_ok=True)
+        if not link.exists():
+            link.symlink_to(sys.executable)
+        executable = str(link)
     saved = os.environ.get("OTEL_EBPF_BPF_DIR")
     if mode.endswith("-baseline"):
         os.environ["OTEL_EBPF_BPF_DIR"] = str(baseline / "bpf/build")
     try:
-        tracer = SocketTracer(CaptureSettings(ports=(selected,), capture_max=4096), LibbpfLog())
+        tracer = SocketTracer(CaptureSettings(ports=(selected,), capture_max=4096,
+                                              pipe_process_names=pipes), LibbpfLog())
     finally:
         if saved is None:
             os.environ.pop("OTEL_EBPF_BPF_DIR", None)
@@ -131,7 +146,7 @@ def measure(mode: str, iterations: int, size: int, baseline: Path | None = None,
         if stats:
             sysctl.write_text("1")
             before = program_stats()
-        ns = run_loop(port, iterations, size)
+        ns = run_loop(port, iterations, size, executable)
         if stats:
             after = program_stats()
             sysctl.write_text("0")
@@ -163,15 +178,17 @@ def main() -> None:
     args = ap.parse_args()
     global PIPE
     PIPE = args.pipe
-    modes: tuple[str, ...] = ("off", "filtered") if PIPE else ("off", "filtered", "traced")
+    modes: tuple[str, ...] = ("off", "filtered", "unselected", "selected") if PIPE \
+        else ("off", "filtered", "traced")
     if args.baseline:
         modes += ("filtered-baseline", "traced-baseline")
     totals = [0, 0]  # events drained, drops
 
     def one(mode: str) -> float:
+        traced = mode.startswith("traced") or mode == "selected"
         ns, events, drops = measure(mode, args.iterations, args.size, args.baseline,
-                                    args.stats and mode.startswith("traced"))
-        if mode.startswith("traced"):
+                                    args.stats and traced)
+        if traced:
             totals[0] += events
         totals[1] += drops
         return ns
@@ -182,7 +199,7 @@ def main() -> None:
         f"({time.strftime('%Y-%m-%d')}, {args.iterations} write+read pairs of {args.size} B, "
         f"median of {args.rounds} rounds)",
         "write+read", "syscall", results)
-    traced_modes = sum(1 for m in modes if m.startswith("traced"))
+    traced_modes = sum(1 for m in modes if m.startswith("traced") or m == "selected")
     expected = 2 * (args.iterations + 1000) * args.rounds * traced_modes
     lines += ["", f"Data events drained while traced: {totals[0]} of {expected} expected "
               f"(2 per pair, warm-up included); ring-buffer drops: {totals[1]}."]

@@ -4,6 +4,7 @@
  * sequence numbers, into one ring buffer. CO-RE: no kernel headers on the target. */
 #define CAPTURE_MAPS_HERE
 #include "capture.bpf.h"
+#include "pipes.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -56,7 +57,7 @@ static __always_inline int remember(int fd, __u64 ptr, __u64 addr, __u32 kind, _
 		return 0; /* (an unselected datagram socket may still send to a selected port) */
 	}
 	if (!st && !fd_to_socket(fd))
-		return 0;
+		return pipe_remember(fd, ptr, kind, cnt, id); /* pipes.bpf.h */
 	if (st && st->traced && kind != ARG_CONNECT && connection_muted(st, fd))
 		return 0;
 	struct syscall_args a = {
@@ -129,6 +130,8 @@ static __always_inline int on_exit(struct trace_event_raw_sys_exit *ctx, __u8 di
 	long ret = ctx->ret;
 	if (ret <= 0)
 		return 0;
+	if (a.kind & ARG_PIPE)
+		return pipe_exit(&a, dir, ret, id);
 	struct conn_state *st = NULL;
 	struct sock *sk = (struct sock *)a.sk;
 	if (sk) { /* the fd may have been closed and reused meanwhile: same socket only */

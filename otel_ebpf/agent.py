@@ -61,6 +61,8 @@ def capture_settings(cfg: Config, wide_prefixes: tuple[str, ...] = ()) -> Captur
         wide_prefixes=wide_prefixes,
         wide_capture=r.capture_llm_max_bytes,
         tail_capture=min(r.capture_llm_tail_bytes, r.capture_llm_max_bytes),
+        pipe_pids=r.pipe_pids,
+        pipe_process_names=r.pipe_process_names,
     )
 
 

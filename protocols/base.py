@@ -83,7 +83,7 @@ class ConnInfo:
     generation: int  # kernel time the agent first saw this socket: fd reuse never merges two
     role: Role
     transport: Literal["stream", "datagram"]
-    family: str  # "ipv4", "ipv6" or "unix"
+    family: str  # "ipv4", "ipv6", "unix", or "pipe" (local_addr "pipe:[<inode>]")
     local_addr: str = ""
     local_port: int = 0
     remote_addr: str = ""

@@ -38,6 +38,7 @@ enum conn_flags {
 	CONN_F_UNIX = 1 << 1,     /* AF_UNIX */
 	CONN_F_TCP = 1 << 2,      /* IPPROTO_TCP: tcp_seq fields are meaningful */
 	CONN_F_PREEXISTING = 1 << 3, /* first seen on data, not on connect/accept */
+	CONN_F_PIPE = 1 << 4,     /* a pipe or FIFO of a selected process (local.bytes: inode number) */
 };
 
 enum data_flags {
@@ -149,7 +150,7 @@ struct agent_config {
 	__u32 wide_capture;     /* 0: off */
 	__u32 tail_capture;     /* <= wide_capture */
 	__u32 wide_key_count;   /* entries used in wide_keys */
-	__u32 _pad;
+	__u32 pipes;            /* nonzero: capture pipes of the processes in pipe_pids */
 	__u64 wide_keys[MAX_WIDE_KEYS]; /* first 8 path bytes, as a little-endian u64 */
 };
 

@@ -84,6 +84,8 @@ class Targets:
 class EbpfReceiver:
     targets: Targets = Targets()
     capture_max_bytes: int = _key("capture", "max_bytes")
+    pipe_pids: tuple[int, ...] = _key("pipes", "pids", convert=tuple)
+    pipe_process_names: tuple[str, ...] = _key("pipes", "process_names", convert=tuple)
     capture_llm_max_bytes: int = _key("capture", "llm_max_bytes")
     capture_llm_tail_bytes: int = _key("capture", "llm_tail_bytes")
     ring_buffer_size_mib: int = _key("ring_buffer", "size_mib")

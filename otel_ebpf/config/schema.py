@@ -42,9 +42,23 @@ _TARGETS = _Map(
     }
 )
 
+# pipes of these processes (and of their children) are captured: an MCP server run as a
+# subprocess speaks JSON-RPC on its stdin and stdout (docs/llm.md); both empty: none
+_PIPES = _Map(
+    {
+        "pids": _List(
+            _Int(1, 4_194_304), "a list of process IDs (1 to 4194304)", max_items=_MAX_TARGETS
+        ),
+        "process_names": _List(
+            _Str(expected="a process name"), "a list of process names", max_items=_MAX_TARGETS
+        ),
+    }
+)
+
 _RECEIVER = _Map(
     {
         "targets": _TARGETS,
+        "pipes": _PIPES,
         "capture": _Map({
             "max_bytes": _Int(1, 65536, 4096),
             # connections that call an LLM API (the request paths the enabled layers name)

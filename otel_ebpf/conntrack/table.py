@@ -30,6 +30,10 @@ class LastRead(NamedTuple):
 
 def conn_info(ev: abi.ConnOpen) -> ConnInfo:
     unix = bool(ev.flags & abi.CONN_F_UNIX)
+    if ev.flags & abi.CONN_F_PIPE:  # one pipe fd: its address names the pipe (inode)
+        return ConnInfo(pid=ev.key[0], fd=ev.key[1], generation=ev.key[2], role=ev.role,
+                        transport="stream", family="pipe", local_addr=ev.local_addr,
+                        comm=ev.comm)
     return ConnInfo(
         pid=ev.key[0],
         fd=ev.key[1],

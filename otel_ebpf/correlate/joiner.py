@@ -175,8 +175,10 @@ class Correlator:
             self._frame(conn, frame, now_ns)
 
     def _frame(self, conn: ConnInfo, frame: Frame, now_ns: int) -> None:
-        if conn.transport == "datagram":
-            return  # messages, not requests: their spans carry a message_id instead
+        if conn.transport == "datagram" or conn.family == "pipe":
+            # messages, not requests on a connection (a pipe's answers come on another
+            # pipe): their spans carry a message_id instead
+            return
         role = conn.role
         is_request = (frame.direction == _EGRESS) == (role == _CLIENT)
         if not is_request:

@@ -24,7 +24,7 @@ MAX_WIDE_KEYS = 32  # bpf/include/abi.h: POST paths a connection is widened for 
 
 EV_CONN_OPEN, EV_CONN_CLOSE, EV_DATA, EV_PROC_EXIT, EV_TASK_NEW, EV_PROC_EXEC = 1, 2, 3, 4, 5, 6
 
-CONN_F_STREAM, CONN_F_UNIX, CONN_F_TCP, CONN_F_PREEXISTING = 1, 2, 4, 8
+CONN_F_STREAM, CONN_F_UNIX, CONN_F_TCP, CONN_F_PREEXISTING, CONN_F_PIPE = 1, 2, 4, 8, 16
 DATA_F_TRUNCATED, DATA_F_HAS_PEER, DATA_F_WIDE, DATA_F_TLS, DATA_F_NO_SEQ = 1, 2, 4, 8, 16
 
 # enum counter_idx
@@ -139,6 +139,11 @@ class ProcessExec:
 Event = ConnOpen | ConnClose | DataEvent | ProcessExit | TaskNew | ProcessExec
 
 
+def pipe_name(inode: int) -> str:
+    """A pipe's address as /proc/<pid>/fd names it: "pipe:[<inode>]"."""
+    return f"pipe:[{inode}]"
+
+
 @functools.lru_cache(maxsize=1024)
 def _comm(raw: bytes) -> str:
     """A process's command name, one string per name."""
@@ -149,6 +154,10 @@ def _decode_open(buf: bytes) -> ConnOpen:
     (_, tid, ts, pid, fd, gen, lraw, lport, lfam, rraw, rport, rfam, role, flags, comm) = (
         CONN_OPEN.unpack_from(buf)
     )
+    if flags & CONN_F_PIPE:  # local holds the pipe's inode number, the same at both ends
+        return ConnOpen(key=(pid, fd, gen), ts_ns=ts, tid=tid, role=Role.UNKNOWN, flags=flags,
+                        family=0, local_addr=pipe_name(int.from_bytes(lraw[:8], "little")),
+                        local_port=0, remote_addr="", remote_port=0, comm=_comm(comm))
     return ConnOpen(
         key=(pid, fd, gen),
         ts_ns=ts,
@@ -289,6 +298,7 @@ def pack_agent_config(
     wide_capture: int = 0,
     tail_capture: int = 0,
     wide_keys: tuple[bytes, ...] = (),
+    pipes: bool = False,
 ) -> bytes:
     keys = [int.from_bytes(k, "little") for k in wide_keys[:MAX_WIDE_KEYS]]
     return AGENT_CONFIG.pack(
@@ -303,7 +313,7 @@ def pack_agent_config(
         wide_capture,
         tail_capture,
         len(keys),
-        0,
+        int(pipes),
         *keys,
         *[0] * (MAX_WIDE_KEYS - len(keys)),
     )

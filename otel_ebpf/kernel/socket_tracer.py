@@ -36,6 +36,14 @@ class CaptureSettings:
     wide_prefixes: tuple[str, ...] = ()
     wide_capture: int = 0
     tail_capture: int = 0
+    # pipes (an MCP server's stdin and stdout) of these processes, of processes that exec
+    # one of these names, and of their children; both empty: no pipe is captured
+    pipe_pids: tuple[int, ...] = ()
+    pipe_process_names: tuple[str, ...] = ()
+
+    @property
+    def pipes(self) -> bool:
+        return bool(self.pipe_pids or self.pipe_process_names)
 
 
 def wide_keys(prefixes: Iterable[str]) -> tuple[bytes, ...]:
@@ -73,6 +81,47 @@ def matching_pids(names: Iterable[str], proc_root: str = "/proc") -> set[int]:
     return found
 
 
+def _stat(proc_root: str, pid: str) -> tuple[str, int] | None:
+    """(comm, parent pid) of a process from /proc/<pid>/stat, or None when it is gone."""
+    try:
+        text = Path(proc_root, pid, "stat").read_text(errors="replace")
+    except OSError:
+        return None
+    comm, _, rest = text.partition("(")[2].rpartition(")")
+    fields = rest.split()
+    return (comm, int(fields[1])) if len(fields) > 1 else None
+
+
+def pipe_selection(pids: Iterable[int], names: Iterable[str],
+                   proc_root: str = "/proc") -> set[int]:
+    """Running processes whose pipes are captured: `pids`, those whose command name (as the
+    kernel keeps it, 15 bytes) or argv[0]/argv[1] basename is one of `names`, and every
+    descendant of those (an MCP client's server subprocesses)."""
+    wanted = {n[: abi.COMM_LEN - 1] for n in names}
+    parents: dict[int, int] = {}
+    selected = set(pids) | (matching_pids(names, proc_root) if wanted else set())
+    for entry in os.scandir(proc_root):
+        if not entry.name.isdigit():
+            continue
+        stat = _stat(proc_root, entry.name)
+        if stat is None:
+            continue
+        pid = int(entry.name)
+        parents[pid] = stat[1]
+        if stat[0] in wanted:
+            selected.add(pid)
+    out = set(selected)
+    for pid in parents:  # descendants: walk up to a selected ancestor (bounded depth)
+        up, seen = parents.get(pid, 0), 0
+        while up > 1 and seen < 64:
+            if up in selected:
+                out.add(pid)
+                break
+            up, seen = parents.get(up, 0), seen + 1
+    out.discard(os.getpid())
+    return out
+
+
 class SocketTracer:
     """Loaded and attached socket capture; `poll()` returns decoded events."""
 
@@ -84,7 +133,9 @@ class SocketTracer:
             self._configure(settings)
             self.obj.load()
             self._select_targets(settings)
-            self.programs = self.obj.attach_all()
+            # the pipe programs (bpf/include/pipes.bpf.h) only when pipes are selected
+            self.programs = self.obj.attach_all(
+                skip=lambda name: name.startswith("pipes_") and not settings.pipes)
             # the compiled reader when built (no Python callback per record), else ctypes
             self.ring = (RingBuffer([self.obj.map("events")]) if _fast.ring is None
                          else _fast.ring.Ring([self.obj.map("events").fd]))
@@ -121,6 +172,7 @@ class SocketTracer:
                 wide_capture=wide,
                 tail_capture=s.tail_capture if keys else 0,
                 wide_keys=keys,
+                pipes=s.pipes,
             )
         )
 
@@ -135,9 +187,24 @@ class SocketTracer:
             self.obj.map("target_ports").update(port.to_bytes(2, "little"), one)
         for port in s.ignored_ports[: abi.MAX_TARGETS]:
             self.obj.map("ignored_ports").update(port.to_bytes(2, "little"), one)
+        if s.pipes:
+            self._select_pipes(s)
         if len(self._pids) > abi.MAX_TARGETS or len(s.ports) > abi.MAX_TARGETS:
             log.warning("more than %d pids or ports selected; the rest are ignored",
                         abi.MAX_TARGETS)
+
+    def _select_pipes(self, s: CaptureSettings) -> None:
+        """Processes whose pipes are captured: the configured pids, the running processes
+        of the configured names, and their descendants; later ones the kernel adds (at
+        exec of a name, at fork of a selected process)."""
+        one = b"\x01"
+        comms = self.obj.map("pipe_comms")
+        for name in s.pipe_process_names[: abi.MAX_TARGETS]:
+            comms.update(name.encode()[: abi.COMM_LEN - 1].ljust(abi.COMM_LEN, b"\0"), one)
+        pids = self.pipe_pids = pipe_selection(s.pipe_pids, s.pipe_process_names)
+        table = self.obj.map("pipe_pids")
+        for pid in sorted(pids):
+            table.update(pid.to_bytes(4, "little"), one)
 
     def poll(self, timeout_ms: int) -> list[abi.Event]:
         if isinstance(self.ring, RingBuffer):

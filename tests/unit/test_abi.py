@@ -38,6 +38,8 @@ int main(void) {
            CONN_F_PREEXISTING, DATA_F_TRUNCATED, DATA_F_HAS_PEER, DATA_F_WIDE, DATA_F_TLS,
            DATA_F_NO_SEQ);
     printf("CNT_TLS_UNBOUND %d\n", CNT_TLS_UNBOUND);
+    printf("CONN_F_PIPE %d\n", CONN_F_PIPE);
+    O(agent_config, pipes);
     return 0;
 }
 """
@@ -96,8 +98,22 @@ def test_constants(c_layout):
         abi.DATA_F_TRUNCATED, abi.DATA_F_HAS_PEER, abi.DATA_F_WIDE, abi.DATA_F_TLS,
         abi.DATA_F_NO_SEQ)]
     assert abi.COUNTER_NAMES[int(c_layout["CNT_TLS_UNBOUND"])] == "tls_unbound"
+    assert int(c_layout["CONN_F_PIPE"]) == abi.CONN_F_PIPE
+    assert int(c_layout["agent_config.pipes"]) == 11 * 4  # the 12th u32 of AGENT_CONFIG
     assert int(c_layout["MAX_WIDE_KEYS"]) == abi.MAX_WIDE_KEYS
     assert abi.COUNTER_NAMES[int(c_layout["CNT_WIDENED"])] == "widened"
+
+
+def test_a_pipe_open_names_the_pipe_by_inode():
+    rec = abi.CONN_OPEN.pack(abi.EV_CONN_OPEN, 43, 1000, 42, 0, 9, (123456).to_bytes(16, "little"),
+                             0, 0, bytes(16), 0, 0, 0,
+                             abi.CONN_F_STREAM | abi.CONN_F_PIPE | abi.CONN_F_PREEXISTING,
+                             b"mcp-host".ljust(16, b"\0"))
+    ev = abi.decode(rec)
+    assert ev.local_addr == "pipe:[123456]" and ev.remote_addr == "" and ev.comm == "mcp-host"
+    assert abi.AGENT_CONFIG.unpack(abi.pack_agent_config(
+        agent_pid=1, capture_max=1, filter_pids=False, filter_comms=False, filter_ports=False,
+        wakeup_bytes=1, pipes=True))[11] == 1
 
 
 def test_decode_roundtrip():

@@ -63,6 +63,12 @@ def test_default_values():
     assert r.max_connections == 65536
     assert r.protocols_enabled == ("http1", "http2", "rtps", "postgres", "llm", "vectordb", "mcp")
     assert r.protocols_enabled == ("http1", "http2", "rtps", "redis", "llm", "vectordb", "mcp")
+    assert r.protocols_enabled == ("http1", "http2", "rtps", "mcp_stdio", "llm", "vectordb",
+                                   "mcp")
+    assert (r.pipe_pids, r.pipe_process_names) == ((), ())  # no pipe is captured
+    assert r.protocol_options["mcp_stdio"] == {
+        "capture_content": False, "max_content_bytes": 4096, "max_message_bytes": 1 << 20,
+        "max_pending": 4096}
     # each default protocol's options at its schema's defaults, typed (seconds, bytes)
     assert r.protocol_options["http1"] == {"response_timeout": 30.0, "capture_headers": False}
     assert r.protocol_options["http2"] == {"response_timeout": 30.0, "capture_headers": False,
@@ -155,6 +161,7 @@ def test_values_and_conversions(tls_files):
         receivers:
           ebpf:
             targets: {pids: [1, 42], process_names: [python3, vllm], ports: [8000]}
+            pipes: {pids: [7], process_names: [claude]}
             ring_buffer: {size_mib: 64, poll_interval: 2s, wakeup_fill_percent: 10}
             connections: {max: 64, idle_timeout: 2.5}
             protocols:
@@ -180,6 +187,7 @@ def test_values_and_conversions(tls_files):
     r = c.receiver
     assert r.targets == Targets((1, 42), ("python3", "vllm"), (8000,))
     assert not r.targets.trace_all
+    assert (r.pipe_pids, r.pipe_process_names) == ((7,), ("claude",))
     assert (r.ring_buffer_size_mib, r.poll_interval_s, r.wakeup_fill_percent) == (64, 2.0, 10)
     assert (r.max_connections, r.idle_timeout_s) == (64, 2.5)
     assert r.protocols_enabled == ("http1", "http2")
@@ -373,6 +381,13 @@ def test_env_override_string_lists():
     assert c.receiver.protocols_enabled == ("http1", "rtps")
 
 
+def test_env_sets_the_pipes_to_capture():
+    c = parse("", {"OTEL_EBPF_RECEIVERS_EBPF_PIPES_PROCESS_NAMES": "[mcp-host, 'my agent']",
+                   "OTEL_EBPF_RECEIVERS_EBPF_PIPES_PIDS": "[12, 13]"})
+    assert c.receiver.pipe_process_names == ("mcp-host", "my agent")
+    assert c.receiver.pipe_pids == (12, 13)
+
+
 def test_env_overrides_exporter_settings():
     env = {
         "OTEL_EBPF_EXPORTERS_FILE_PATH": "/var/log/spans.jsonl",
@@ -477,6 +492,10 @@ ERRORS = [
     ("receivers: {otlp: {}}", "receivers.otlp", "ebpf"),
     ("receivers: {ebpf: {targets: {pids: [0]}}}", "receivers.ebpf.targets.pids[0]", "integer"),
     ("receivers: {ebpf: {targets: {pids: 5}}}", "receivers.ebpf.targets.pids", "list"),
+    ("receivers: {ebpf: {pipes: {pids: [0]}}}", "receivers.ebpf.pipes.pids[0]", "integer"),
+    ("receivers: {ebpf: {pipes: {process_names: ['']}}}", "receivers.ebpf.pipes.process_names[0]", "name"),
+    ("receivers: {ebpf: {pipes: {names: [a]}}}", "receivers.ebpf.pipes.names", "pids"),
+    ("receivers: {ebpf: {protocols: {mcp_stdio: {max_pending: 0}}}}", "receivers.ebpf.protocols.mcp_stdio.max_pending", "at least 1"),
     ("receivers: {ebpf: {targets: {ports: [80, 70000]}}}", "receivers.ebpf.targets.ports[1]", "65535"),
     ("receivers: {ebpf: {targets: {ports: [true]}}}", "receivers.ebpf.targets.ports[0]", "65535"),
     ("receivers: {ebpf: {targets: {ports: [" + ", ".join(["80"] * 1025) + "]}}}", "receivers.ebpf.targets.ports", "at most 1024"),
@@ -637,6 +656,7 @@ def test_env_option_of_a_protocol_named_only_in_the_file_or_env(caplog):
     assert e.path == "receivers.ebpf.protocols.enabled[1]"
     assert e.expected == "an installed protocol: http1, http2, llm, mcp, postgres, rtps, vectordb"
     assert e.expected == "an installed protocol: http1, http2, llm, mcp, redis, rtps, vectordb"
+    assert e.expected == "an installed protocol: http1, http2, llm, mcp, mcp_stdio, rtps, vectordb"
     with caplog.at_level(logging.WARNING, logger="otel_ebpf.config"):
         parse("", {PROTO + "GRPC_WINDOW": "8"})
     warned = " ".join(r.getMessage() for r in caplog.records)
@@ -664,12 +684,14 @@ def test_bad_env_option_names_the_variable(env, var, expected, got):
      "receivers.ebpf.protocols.enabled[1]",
      "an installed protocol: http1, http2, llm, mcp, postgres, rtps, vectordb", "'htpp2' (did you mean http2?)"),
      "an installed protocol: http1, http2, llm, mcp, redis, rtps, vectordb", "'htpp2' (did you mean http2?)"),
+     "an installed protocol: http1, http2, llm, mcp, mcp_stdio, rtps, vectordb", "'htpp2' (did you mean http2?)"),
     ("receivers: {ebpf: {protocols: {enabled: [http1, http1]}}}",
      "receivers.ebpf.protocols.enabled[1]", "each protocol at most once", "'http1' again"),
     ("receivers: {ebpf: {protocols: {htp1: {capture_headers: true}}}}",
      "receivers.ebpf.protocols.htp1",
      "enabled or an installed protocol: http1, http2, llm, mcp, postgres, rtps, vectordb",
      "enabled or an installed protocol: http1, http2, llm, mcp, redis, rtps, vectordb",
+     "enabled or an installed protocol: http1, http2, llm, mcp, mcp_stdio, rtps, vectordb",
      "unknown key 'htp1' (did you mean http1?)"),
     ("receivers: {ebpf: {protocols: {http2: {response_timeout: 5m0x}}}}",
      "receivers.ebpf.protocols.http2.response_timeout",
