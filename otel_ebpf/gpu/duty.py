@@ -25,8 +25,10 @@ def _now() -> int:
 
 class AttachLog:
     """Windows the launch probes were attached, as (open_ns, close_ns) on the monotonic
-    clock; the one still open has close_ns None. Each end is the middle of the attach or
-    detach call that made it (the probes go in or out somewhere inside the call)."""
+    clock; the one still open has close_ns None. A window opens when the attach call
+    returns (a program counts once it is attached to its uprobe, the last step) and closes
+    when the detach call starts: destroying a link detaches its program first, then waits
+    for the kernel's grace periods (~50 ms a link on a 2-core VM)."""
 
     def __init__(self) -> None:
         self._windows: deque[list[int | None]] = deque(maxlen=MAX_WINDOWS)
@@ -117,10 +119,10 @@ class LaunchDuty:
         if on:
             self.attach_ns += after - before
             self.windows += 1
-            self.log.opened((before + after) // 2)
+            self.log.opened(after)
         else:
             self.detach_ns += after - before
-            self.log.closed((before + after) // 2)
+            self.log.closed(before)
 
     def _run(self) -> None:
         period_ns = int(self.period_s * 1e9)

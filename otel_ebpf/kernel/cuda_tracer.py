@@ -217,14 +217,16 @@ class CudaProbes(LibraryProbes):
             for path in list(self._launch_probes):
                 if on:
                     self._attach_launches(path)
-                else:
-                    for link in self._launch_links.pop(path, []):
+                else:  # the last attached (cuLaunchKernel itself) goes first
+                    for link in reversed(self._launch_links.pop(path, [])):
                         self.obj.detach(link)
 
     def _attach_launches(self, path: str) -> None:
         links = self._launch_links.setdefault(path, [])
         try:
-            for program, offset, retprobe in self._launch_probes[path]:
+            # cuLaunchKernel, the one a program calls most, attached last and detached
+            # first: its window is then the attach call's end to the detach call's start
+            for program, offset, retprobe in reversed(self._launch_probes[path]):
                 links.append(self.obj.attach_uprobe(program, path, offset, retprobe=retprobe))
         except BPFError as exc:  # the file went away (a container ended): keep the rest
             log.debug("GPU launch probes on %s: %s", path, exc)
