@@ -127,8 +127,9 @@ class LaunchDuty:
     def _run(self) -> None:
         period_ns = int(self.period_s * 1e9)
         window_ns = int(self.window_s * 1e9)
-        # windows start on the period's grid, so one late wake-up does not shift the rest
-        next_open = self._clock() + period_ns // 2
+        # windows start on the period's grid, so one late wake-up does not shift the rest;
+        # the first at once, so the first interval has one
+        next_open = self._clock()
         while not self._stop.is_set():
             if self._stop.wait(max(0, next_open - self._clock()) / 1e9):
                 break
