@@ -127,6 +127,10 @@ def traced_run(proc: subprocess.Popen, steps: int, duty_cycle: float, period_s: 
         monitor.start()  # scan: libcuda of the worker probed, its interpreter known
         if proc.pid not in monitor._pythons:
             print(f"  note: no Python frames for pid {proc.pid}", file=sys.stderr)
+        deadline = time.monotonic() + 10
+        while duty is not None and duty.windows < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)  # the first window open: this flush starts the estimate
+        time.sleep(0.01)
         monitor.flush()  # the counts from here on are the run's
         result = run(proc, steps)
         monitor.flush()
