@@ -154,6 +154,11 @@ def run(proc: subprocess.Popen, steps: int) -> dict:
     return json.loads(line)
 
 
+def _name(mode: tuple[float, float]) -> str:
+    duty, period = mode
+    return "duty 1" if duty >= 1 else f"duty {duty:g} / {period:g} s"
+
+
 def spread(values: list[float]) -> str:
     return (f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
             if values else "-")
@@ -166,8 +171,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0,
                     help="length of one untraced run (the steps are fixed from it)")
     ap.add_argument("--duties", default="1,0.05",
-                    help="duty cycles of the traced modes (1: always attached, exact)")
-    ap.add_argument("--period", type=float, default=1.0, help="duty cycle period (s)")
+                    help="duty cycles of the traced modes (1: always attached, exact), "
+                    "each DUTY or DUTY@PERIOD_S")
+    ap.add_argument("--period", type=float, default=1.0,
+                    help="duty cycle period (s) where a mode names none")
     ap.add_argument("--python", default=sys.executable, help="the worker's interpreter")
     ap.add_argument("--out", help="write the runs and the summary as JSON here")
     ap.add_argument("--standin", help="a stand-in libcuda.so.1 instead of torch (no GPU: "
@@ -176,7 +183,8 @@ def main() -> None:
     if args.worker:
         worker(args.standin)
         return
-    duties = [float(d) for d in args.duties.split(",")]
+    duties = [(float(d.partition("@")[0]), float(d.partition("@")[2] or args.period))
+              for d in args.duties.split(",")]
     proc = subprocess.Popen([args.python, __file__, "--worker"]
                             + (["--standin", args.standin] if args.standin else []),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -189,18 +197,18 @@ def main() -> None:
         print(f"worker pid {proc.pid}: {probe['steps_per_s']:.1f} steps/s untraced "
               f"({probe['steps_per_s'] * LAUNCHES_PER_STEP:,.0f} launches/s); {steps} steps "
               f"a run ({steps * LAUNCHES_PER_STEP:,} launches)", flush=True)
-        modes: list[float | None] = [None, *duties]  # None: untraced
+        modes: list[tuple[float, float] | None] = [None, *duties]  # None: untraced
         runs: list[dict] = []
         for r in range(args.rounds):
             order = modes[r % len(modes):] + modes[:r % len(modes)]
             results: dict = {}
             for mode in order:
                 res = run(proc, steps) if mode is None else traced_run(
-                    proc, steps, mode, args.period)
+                    proc, steps, *mode)
                 results[mode] = res
             base = results[None]["steps_per_s"]
             for mode, res in results.items():
-                res.update(round=r, mode="untraced" if mode is None else f"duty {mode:g}",
+                res.update(round=r, mode="untraced" if mode is None else _name(mode),
                            ratio=res["steps_per_s"] / base)
                 runs.append(res)
             print(f"round {r}: " + ", ".join(
@@ -214,7 +222,7 @@ def main() -> None:
     print("\n| mode | steps/s | traced/untraced | launches counted/true | marked estimated "
           "| windows per run | attach, detach per window (ms) |")
     print("|---|---|---|---|---|---|---|")
-    for mode in ["untraced"] + [f"duty {d:g}" for d in duties]:
+    for mode in ["untraced"] + [_name(d) for d in duties]:
         rs = [x for x in runs if x["mode"] == mode]
         row = {"mode": mode, "steps_per_s": spread([x["steps_per_s"] for x in rs]),
                "ratio": spread([x["ratio"] for x in rs]) if mode != "untraced" else "1",
