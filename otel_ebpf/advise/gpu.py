@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 
+from otel_ebpf.gpu.ledger import ESTIMATED
+
 from .model import COPIES, GPU_MEMORY, LAUNCHES, SYNC, Finding, Location, Point, Profile
 from .sites import process_of, site_of
 
@@ -30,13 +32,14 @@ def _fmt_s(ns: float) -> str:
 
 
 class _Site:
-    __slots__ = ("values", "labels", "intervals", "names")
+    __slots__ = ("values", "labels", "intervals", "names", "estimated")
 
     def __init__(self, n: int) -> None:
         self.values = [0] * n
         self.labels: Counter = Counter()
         self.intervals = 0
         self.names: Counter = Counter()  # kernel names (launches)
+        self.estimated = False  # launch counts scaled from the probes' duty cycle
 
 
 def _by_site(profiles: Iterable[Profile], kind: str, types: tuple[str, ...]
@@ -61,6 +64,8 @@ def _by_site(profiles: Iterable[Profile], kind: str, types: tuple[str, ...]
             for k in ("gpu.copy.api", "gpu.sync.api"):
                 if k in s.labels:
                     site.labels[s.labels[k]] += s.values[idx[0] or 0]
+            if str(s.labels.get(ESTIMATED)).lower() in ("true", "1"):  # OTLP bool, pprof
+                site.estimated = True  # label "True"
             if "gpu.kernel.name" in s.labels:
                 site.names[s.labels["gpu.kernel.name"]] += s.values[idx[0] or 0]
             seen_procs.add(proc)
@@ -131,7 +136,13 @@ def _launches(profiles: list[Profile]) -> list[Finding]:
         if n < STORM_LAUNCHES:
             continue
         share = n / per_proc[proc]
-        evidence = [f"{n} kernel launches from this site, {share:.0%} of {proc}'s launches"]
+        about = "~" if s.estimated else ""
+        evidence = [f"{about}{n} kernel launches from this site, {share:.0%} of {proc}'s "
+                    "launches"]
+        if s.estimated:
+            evidence.append("estimated: the launch probes were attached part of the time "
+                            "(gpu.launches.duty_cycle), the counts scaled by the time they "
+                            "were attached")
         if window[proc]:
             evidence.append(f"{n / (window[proc] / 1e9):.0f} launches/s over "
                             f"{_fmt_s(window[proc])} of profiles")
@@ -139,7 +150,7 @@ def _launches(profiles: list[Profile]) -> list[Finding]:
             evidence.append("kernels: " + ", ".join(
                 f"{name} ({k})" for name, k in s.names.most_common(3)))
         out.append(Finding(
-            "launch_storm", f"{n} kernel launches from {loc.function}()", share, loc,
+            "launch_storm", f"{about}{n} kernel launches from {loc.function}()", share, loc,
             evidence, "many small kernels from one place: capture the step in a CUDA graph "
             "(torch.cuda.CUDAGraph, torch.compile(mode=\"reduce-overhead\")), fuse the "
             "elementwise operations (torch.compile), or batch the work into larger tensors",

@@ -107,6 +107,8 @@ class EbpfReceiver:
     gpu_enabled: bool = _key("gpu", "enabled")
     gpu_scan_interval_s: float = _key("gpu", "scan_interval")
     gpu_libraries: tuple[str, ...] = _key("gpu", "libraries", convert=tuple)
+    gpu_launch_duty_cycle: float = _key("gpu", "launches", "duty_cycle")
+    gpu_launch_period_s: float = _key("gpu", "launches", "period")
     redact_query_params: tuple[str, ...] = _key("redaction", "query_params", convert=tuple)
     command_args: bool = _key("resource_attributes", "process.command_args", "enabled")
     sampling_ratio: float = _key("sampling", "ratio")

@@ -109,6 +109,12 @@ _RECEIVER = _Map(
             "enabled": _Bool(False),
             "scan_interval": _Duration("100ms", "1h", "2s"),
             "libraries": _List(_Str(expected="a file path"), "a list of libcuda file paths"),
+            # the launch probes (the hottest call) attached duty_cycle of every period, the
+            # counts scaled by the time really attached: estimates, marked so; 1 = exact
+            "launches": _Map({
+                "duty_cycle": _Ratio(0.05),
+                "period": _Duration("100ms", "1h", "1s"),
+            }, after=lambda tree, path, ctx: _check_launch_duty(tree, path, ctx)),
         }),
         # optional resource attributes, as a Collector receiver's `resource_attributes`
         "resource_attributes": _Map({
@@ -149,6 +155,21 @@ _RECEIVER = _Map(
         ),
     }
 )
+
+
+_MIN_LAUNCH_WINDOW_S = 0.01  # MIN_WINDOW_S in otel_ebpf/gpu/duty.py
+
+
+def _check_launch_duty(tree: dict, path: tuple, ctx: _Ctx) -> None:
+    duty, period = tree["duty_cycle"], tree["period"]
+    if duty <= 0.0:
+        ctx.fail(path + ("duty_cycle",), "a number above 0 and at most 1 (the share of the "
+                 "time the launch probes are attached; 1: always, exact counts)", _show(duty))
+    if duty < 1.0 and duty * period < _MIN_LAUNCH_WINDOW_S - 1e-12:
+        ctx.fail(path + ("duty_cycle",), f"at least {_MIN_LAUNCH_WINDOW_S / period:g} with "
+                 f"period {period:g}s: an attached window of at least "
+                 f"{_MIN_LAUNCH_WINDOW_S * 1000:g}ms (duty_cycle x period), so attaching "
+                 "and detaching stay a small part of it; or 1 (always attached)", _show(duty))
 
 
 def _check_kubernetes(tree: dict, path: tuple, ctx: _Ctx) -> None:

@@ -16,6 +16,8 @@ SAMPLE_TYPES: tuple[tuple[str, str], ...] = (
     ("inuse_objects", "count"),
     ("inuse_space", "bytes"),
 )
+# the attribute of launch counts scaled from the probes' duty cycle (estimates, not counts)
+ESTIMATED = "gpu.launch.count.estimated"
 LAUNCH_SAMPLE_TYPES: tuple[tuple[str, str], ...] = (("kernel_launches", "count"),)
 COPY_SAMPLE_TYPES: tuple[tuple[str, str], ...] = (
     ("copies", "count"), ("copy_space", "bytes"), ("copy_time", "nanoseconds"))
@@ -231,15 +233,21 @@ def _attributes(device: int, kind: str) -> tuple[tuple[str, str | int], ...]:
 
 
 def site_profiles(totals: Iterable, previous: dict, start_ns: int, now_ns: int,
-                  names: dict[tuple[int, int], str] | None = None
-                  ) -> dict[str, list[ProcessProfile]]:
+                  names: dict[tuple[int, int], str] | None = None,
+                  launch_scale: float | None = None) -> dict[str, list[ProcessProfile]]:
     """Launches, copies and synchronizations since the last call, by site, from the
     kernel's running totals (SiteTotals): {"launches"|"copies"|"sync": profiles}.
     `previous` (updated here) holds the totals last seen; `names` ({(pid, function
-    handle): kernel name}) names the kernel of each launch (`gpu.kernel.name`)."""
+    handle): kernel name}) names the kernel of each launch (`gpu.kernel.name`).
+    `launch_scale` (the launch probes' duty cycle, otel_ebpf/gpu/duty.py): None, launches
+    counted exactly; a factor, each launch count is multiplied by it, rounded, and marked
+    `gpu.launch.count.estimated`; 0.0, launches are left for the next call (the probes were
+    not attached in this interval)."""
     names = names or {}
     rows: dict[str, dict[int, list[Sample]]] = {"launches": {}, "copies": {}, "sync": {}}
     for t in totals:
+        if launch_scale == 0.0 and t.api is Api.LAUNCH_KERNEL:
+            continue  # `previous` keeps the count: the next interval estimates from it
         key = (t.pid, t.api, t.device, t.stack, t.py, t.func)
         last = previous.get(key, (0, 0, 0))
         previous[key] = (t.count, t.bytes, t.ns)
@@ -253,6 +261,9 @@ def site_profiles(totals: Iterable, previous: dict, start_ns: int, now_ns: int,
             name = names.get((t.pid, t.func))
             if name:
                 attrs += (("gpu.kernel.name", name),)
+            if launch_scale is not None:
+                values = (round(delta[0] * launch_scale),)
+                attrs += ((ESTIMATED, True),)
         elif t.api in COPY_APIS:
             kind, values = "copies", delta
             attrs += (("gpu.copy.api", t.api.name.lower()),)

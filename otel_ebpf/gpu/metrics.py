@@ -19,7 +19,7 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.resources import Resource
 
-from otel_ebpf.gpu.ledger import Usage
+from otel_ebpf.gpu.ledger import ESTIMATED, Usage
 from otel_ebpf.kernel.cuda_abi import SYNC_APIS, Api
 from otel_ebpf.kernel.cuda_tracer import CopyTotals, LaunchTotals, SiteTotals
 from otel_ebpf.spans.convert import SCOPE
@@ -49,7 +49,9 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "gpu.memory.copy.count": ("{copy}", "cuMemcpy* calls that succeeded", "sum"),
     "gpu.memory.copy.time": ("s", "Time inside cuMemcpy* calls (for the asynchronous forms, "
                              "the time to enqueue the copy)", "sum"),
-    "gpu.kernel.launches": ("{launch}", "cuLaunchKernel calls", "sum"),
+    "gpu.kernel.launches": ("{launch}", "cuLaunchKernel calls (estimated from the launch "
+                            "probes' duty cycle where gpu.launch.count.estimated is true)",
+                            "sum"),
     "gpu.sync.count": ("{call}", "cuStreamSynchronize, cuCtxSynchronize and "
                        "cuEventSynchronize calls", "sum"),
     "gpu.sync.time": ("s", "Time threads spent inside the synchronize calls: the CPU "
@@ -80,10 +82,12 @@ def _device(device: int) -> dict:
 def build_metrics(usage: Iterable[Usage], copies: Iterable[CopyTotals],
                   launches: Iterable[LaunchTotals], resource_of: Callable[[int], Resource],
                   start_ns: Callable[[int], int], now_ns: int | None = None,
-                  sites: Iterable[SiteTotals] = (), mapped: dict[int, int] | None = None
-                  ) -> MetricsData | None:
+                  sites: Iterable[SiteTotals] = (), mapped: dict[int, int] | None = None,
+                  launches_estimated: bool = False) -> MetricsData | None:
     """One ResourceMetrics per process from the ledger's usage and the kernel's totals
-    (`sites` for the synchronize calls, `mapped`: {pid: bytes} from cuMemMap);
+    (`sites` for the synchronize calls, `mapped`: {pid: bytes} from cuMemMap;
+    `launches_estimated`: the launch counts are the duty cycle's estimates, and their
+    points say so with gpu.launch.count.estimated=true);
     `start_ns(pid)` is when the process's cumulative series began (wall clock)."""
     now_ns = now_ns or time.time_ns()
     points: dict[int, dict[str, list[NumberDataPoint]]] = {}
@@ -116,7 +120,10 @@ def build_metrics(usage: Iterable[Usage], copies: Iterable[CopyTotals],
     for t in launches:
         launched[(t.pid, t.device)] = launched.get((t.pid, t.device), 0) + t.count
     for (pid, device), n in launched.items():
-        add(pid, "gpu.kernel.launches", n, _device(device))
+        attrs = _device(device)
+        if launches_estimated:
+            attrs[ESTIMATED] = True
+        add(pid, "gpu.kernel.launches", n, attrs)
     waits: dict[tuple[int, str, int], list[int]] = {}
     for t in sites:
         if t.api in SYNC_APIS:

@@ -20,6 +20,7 @@ from otel_ebpf.config import Config
 from otel_ebpf.export.metrics_send import MetricsSender
 from otel_ebpf.export.profile_exporters import build_profile_exporters
 from otel_ebpf.export.profiles import ProfileBatch, ProfileSample
+from otel_ebpf.gpu.duty import LaunchDuty, launch_scale
 from otel_ebpf.gpu.ledger import (
     SAMPLE_TYPES,
     MemoryLedger,
@@ -29,7 +30,12 @@ from otel_ebpf.gpu.ledger import (
 )
 from otel_ebpf.gpu.metrics import build_metrics
 from otel_ebpf.kernel.cuda_abi import Api, GpuAlloc, GpuInit, GpuName
-from otel_ebpf.kernel.cuda_tracer import CudaTracer, copy_totals, launch_totals
+from otel_ebpf.kernel.cuda_tracer import (
+    CudaTracer,
+    LaunchTotals,
+    copy_totals,
+    launch_totals,
+)
 from otel_ebpf.kernel.libbpf import LibbpfLog
 from otel_ebpf.profiling.demangle import demangle
 from otel_ebpf.profiling.frames import CUDA, CUDA_MODULE, PYTHON, Frame, merge
@@ -71,11 +77,18 @@ class GpuMonitor:
         scan_interval_s: float = 2.0,
         proc_root: str = "/proc",
         unwinder: Unwinder | None = None,
+        duty: LaunchDuty | None = None,
     ) -> None:
         """`unwinder`: the agent's unwind tables (the tracer loaded with their maps): the
         processes that use CUDA get tables, and their allocation stacks cross code
-        without frame pointers."""
+        without frame pointers. `duty`: the launch probes' duty cycle (started and stopped
+        with the monitor); when it is below 1, launch counts are scaled estimates."""
         self.tracer = tracer
+        self.duty = duty
+        # estimated launches: the raw totals last seen and the estimate so far, by
+        # (pid, device), and where the interval being estimated began
+        self._launch_raw: dict[tuple[int, int], int] = {}
+        self._launch_est: dict[tuple[int, int], float] = {}
         self.unwinder = unwinder
         self._unwinding: set[int] = set()  # processes given to the unwinder
         self.ledger = MemoryLedger()
@@ -105,6 +118,7 @@ class GpuMonitor:
         self._kernel_of: dict[tuple[int, int], int] = {}
         self._last_usage: dict[tuple[int, int, str], tuple[int, int]] = {}
         self._interval_start = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        self._launch_since = self._interval_start
         self._ledger_lock = threading.Lock()  # the ledger and per-process tables
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -159,6 +173,8 @@ class GpuMonitor:
 
     def start(self) -> None:
         self.scan()
+        if self.duty is not None:
+            self.duty.start()
         self._threads = [
             threading.Thread(target=self._run_drain, name="otel-ebpf-gpu", daemon=True),
             threading.Thread(target=self._run_export, name="otel-ebpf-gpu-export",
@@ -285,15 +301,17 @@ class GpuMonitor:
                 self.ledger.exited(pid)
             usage = self.ledger.usage()
             mapped = self.ledger.mapped()
+        scale = self.launch_scale(now)
         by_site = site_profiles(sites, self._sites_seen, self._interval_start, now,
-                                self.kernel_names({t.pid for t in sites}))
+                                self.kernel_names({t.pid for t in sites}), scale)
+        launches = self._estimate(launches, scale)
         self._interval_start = now
         # metrics first: naming the sites of profiles may first read the symbol tables of
         # a large library (libtorch_cuda: a minute on the H200 run), and the interval's
         # in-use and peak figures must not wait for that
         data = build_metrics(usage, copies, launches, self._resource,
                              lambda pid: self._first_seen.get(pid, 0), sites=sites,
-                             mapped=mapped)
+                             mapped=mapped, launches_estimated=scale is not None)
         if data is not None:
             self._metrics.send(data)
         self._update_counters()
@@ -306,6 +324,35 @@ class GpuMonitor:
             with self._ledger_lock:
                 self._forget(ended)
         return memory + [p for profiles in by_site.values() for p in profiles]
+
+    def launch_scale(self, now: int) -> float | None:
+        """The factor this interval's launch counts are scaled by (otel_ebpf/gpu/duty.py):
+        None when they are exact (no duty cycle, or duty 1); 0.0 when the probes were not
+        attached since the last estimate (it waits for the next interval)."""
+        if self.duty is None or self.duty.exact:
+            return None
+        scale = launch_scale(now - self._launch_since,
+                             self.duty.attached_ns(self._launch_since, now))
+        if scale:
+            self._launch_since = now
+        return scale
+
+    def _estimate(self, launches: list[LaunchTotals], scale: float | None
+                  ) -> list[LaunchTotals]:
+        """The metrics' launch totals: as counted when exact, else the running estimate by
+        process and device (each interval's new launches times its scale)."""
+        if scale is None:
+            return launches
+        raw: dict[tuple[int, int], int] = {}
+        for t in launches:
+            raw[(t.pid, t.device)] = raw.get((t.pid, t.device), 0) + t.count
+        if scale:
+            for key, n in raw.items():
+                self._launch_est[key] = self._launch_est.get(key, 0.0) + \
+                    (n - self._launch_raw.get(key, 0)) * scale
+                self._launch_raw[key] = n
+        return [LaunchTotals(pid, device, (), round(n))
+                for (pid, device), n in self._launch_est.items()]
 
     def batch(self, profiles: list[ProcessProfile],
               sample_types: tuple[tuple[str, str], ...], name: str = "") -> ProfileBatch:
@@ -396,10 +443,14 @@ class GpuMonitor:
         self._sites = {k: v for k, v in self._sites.items() if k[0] not in ended}
         self._python = {k: v for k, v in self._python.items() if k[0] not in ended}
         self._last_usage = {k: v for k, v in self._last_usage.items() if k[0] not in ended}
+        self._launch_raw = {k: v for k, v in self._launch_raw.items() if k[0] not in ended}
+        self._launch_est = {k: v for k, v in self._launch_est.items() if k[0] not in ended}
 
     def shutdown(self) -> None:
         """Stop the thread, drain what the kernel holds and report a last interval."""
         self._stop.set()
+        if self.duty is not None:
+            self.duty.stop()
         for t in self._threads:
             t.join(30.0)
         self.drain(0)
@@ -433,8 +484,12 @@ def start_gpu_monitor(cfg: Config, libbpf_log: LibbpfLog,
     r = cfg.receiver
     tracer = CudaTracer(libbpf_log, libraries=r.gpu_libraries,
                         unwind=tables.maps if tables is not None else None)
+    duty = None
+    if r.gpu_launch_duty_cycle < 1.0:
+        duty = LaunchDuty(tracer.probes.set_launches, r.gpu_launch_duty_cycle,
+                          r.gpu_launch_period_s)
     monitor = GpuMonitor(
-        tracer, metric_exporters, resources, stats,
+        tracer, metric_exporters, resources, stats, duty=duty,
         profile_exporters=profile_exporters(cfg) if profile_exporters_ is None
         else profile_exporters_,
         interval_s=cfg.telemetry.metrics_interval_s, poll_interval_s=r.poll_interval_s,

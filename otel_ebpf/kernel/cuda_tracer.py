@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from . import cuda_abi
 from .cpu_sampler import pack_py_proc
 from .cuda_abi import Api
 from .libbpf import LibbpfLog
-from .loader import BPFObject, RingBuffer, check_btf
+from .loader import BPFError, BPFObject, RingBuffer, check_btf
 from .unwind_maps import UnwindMaps
 from .uprobes import LibraryProbes, file_offsets, mapped_files
 
@@ -82,6 +83,9 @@ _CALLS: list[tuple[str, str, bool]] = [
     ("cu_ctx_pop", "cuCtxPopCurrent_v2", False),
 ]
 SYMBOLS = tuple(dict.fromkeys(symbol for _, symbol, _ in _CALLS))
+# the launch probes: the hottest call, attached in duty cycles when
+# gpu.launches.duty_cycle < 1 (otel_ebpf/gpu/duty.py); every other probe stays attached
+LAUNCH_PROGRAMS = frozenset({"cu_launch_kernel", "cu_launch_kernel_ex"})
 # without these two there is no memory accounting to speak of
 REQUIRED = ("cuMemAlloc_v2", "cuMemFree_v2")
 
@@ -188,12 +192,44 @@ def launch_totals(sites: list[SiteTotals]) -> list[LaunchTotals]:
 
 class CudaProbes(LibraryProbes):
     """The driver probes on every libcuda file seen, once per file (by inode: a container's
-    view of the host's library is the same file)."""
+    view of the host's library is the same file). The launch probes can be detached and
+    attached again (`set_launches`), on every file at once; the others stay."""
 
     def __init__(self, obj: BPFObject) -> None:
         super().__init__(obj)
         self.attached: dict[tuple[int, int], str] = {}  # (st_dev, st_ino) -> path
         self._covered_pids: set[int] = set()
+        # the scan (drain thread) attaches new files while the duty cycle's thread
+        # attaches and detaches the launch probes of the files known
+        self._lock = threading.RLock()
+        self.launches_on = True
+        self._launch_probes: dict[str, list[tuple[str, int, bool]]] = {}
+        self._launch_links: dict[str, list[int]] = {}
+
+    def set_launches(self, on: bool) -> None:
+        """Attach (on) or detach the launch probes of every probed file. Detaching destroys
+        the links, so the uprobe's breakpoint leaves the processes: a detached launch costs
+        nothing (a map flag would still pay the trap)."""
+        with self._lock:
+            if on == self.launches_on:
+                return
+            self.launches_on = on
+            for path in list(self._launch_probes):
+                if on:
+                    self._attach_launches(path)
+                else:  # the last attached (cuLaunchKernel itself) goes first
+                    for link in reversed(self._launch_links.pop(path, [])):
+                        self.obj.detach(link)
+
+    def _attach_launches(self, path: str) -> None:
+        links = self._launch_links.setdefault(path, [])
+        try:
+            # cuLaunchKernel, the one a program calls most, attached last and detached
+            # first: its window is then the attach call's end to the detach call's start
+            for program, offset, retprobe in reversed(self._launch_probes[path]):
+                links.append(self.obj.attach_uprobe(program, path, offset, retprobe=retprobe))
+        except BPFError as exc:  # the file went away (a container ended): keep the rest
+            log.debug("GPU launch probes on %s: %s", path, exc)
 
     @property
     def covered_pids(self) -> set[int]:
@@ -220,9 +256,15 @@ class CudaProbes(LibraryProbes):
             log.info("GPU memory in %s not covered (no symbol %s)", path, ", ".join(missing))
             self.uncovered.add(path)
             return False
-        if not self.attach_at(path, "GPU (CUDA driver)", probes_for(offsets)):
-            return False
-        self.attached[ident] = path
+        probes = probes_for(offsets)
+        with self._lock:
+            if not self.attach_at(path, "GPU (CUDA driver)",
+                                  [p for p in probes if p[0] not in LAUNCH_PROGRAMS]):
+                return False
+            self.attached[ident] = path
+            self._launch_probes[path] = [p for p in probes if p[0] in LAUNCH_PROGRAMS]
+            if self.launches_on:
+                self._attach_launches(path)
         return True
 
     def scan(self, pids: list[int | str], proc_root: str = "/proc") -> int:

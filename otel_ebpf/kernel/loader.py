@@ -220,6 +220,12 @@ class BPFObject:
                                               binary.encode(), offset)
         return self._keep(link, f"uprobe {program} on {binary}+{offset:#x}")
 
+    def detach(self, link: int) -> None:
+        """Destroy one link made by this object: its probe is removed from the kernel (for a
+        uprobe, the breakpoint leaves every process's copy of the file)."""
+        self.links.remove(link)
+        lib.bpf_link__destroy(link)
+
     def attach(self, program: str) -> int:
         """One program whose section names its target (raw_tp/..., tracepoint/...)."""
         return self._keep(lib.bpf_program__attach(self._program(program)), f"attaching {program}")

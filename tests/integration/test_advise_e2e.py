@@ -134,7 +134,9 @@ def _run_planted(start_agent, tmp_path: Path, libcuda: Path, mode: str,
     require_kernel()
     name, out = f"advise-{mode}"[:15], tmp_path / "out"
     run = start_agent([1], overrides=_profiles_config(out, {"process_names": [name]}, {
-        "enabled": True, "scan_interval": "200ms", "libraries": [str(libcuda)]}))
+        "enabled": True, "scan_interval": "200ms", "libraries": [str(libcuda)],
+        # exact launch counts: the storm's evidence names them (duty cycles estimate)
+        "launches": {"duty_cycle": 1}}))
     app = subprocess.Popen([sys.executable, str(PLANTED), str(libcuda), mode, name],
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                            env={**os.environ, "STANDIN_KERNEL_US": str(kernel_us)})

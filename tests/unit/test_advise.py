@@ -146,6 +146,23 @@ def test_gpu_copies_launches_and_waits_rank_by_share(tmp_path, app, fmt):
                                           "unpinned_copy"]
 
 
+@pytest.mark.parametrize("fmt", ["pprof", "otlp"])
+def test_estimated_launch_counts_are_said_to_be_estimates(tmp_path, app, fmt):
+    """Launch counts scaled from the launch probes' duty cycle carry
+    gpu.launch.count.estimated (a bool in OTLP, the label "True" in pprof): the finding
+    says they are estimates."""
+    step = _py("main", app, 1)
+    out = tmp_path / "g"
+    _gpu(LAUNCH_SAMPLE_TYPES, [ProfileSample(
+        (Frame("scale(float*)", "[cuda kernel]", CUDA), step), (4000,),
+        {**RES, "gpu.kernel.name": "scale(float*)", "gpu.launch.count.estimated": True})],
+        "launches", out, fmt)
+    storm = next(f for f in advise([str(out)])[0] if f.kind == "launch_storm")
+    assert storm.title.startswith("~4000 kernel launches")
+    assert any(e.startswith("estimated: the launch probes were attached part of the time")
+               for e in storm.evidence)
+
+
 def _span(span_id, parent, name, kind, start_ms, end_ms, attrs=None, service="gw"):
     return {"traceId": "ab" * 16, "spanId": span_id, "parentSpanId": parent, "name": name,
             "kind": kind, "startTimeUnixNano": str(T0 + start_ms * 10**6),
