@@ -7,9 +7,10 @@ Evidence, strongest first (the span attribute `otel_ebpf.correlation` names it):
                 of the request's first byte, so request n pairs with request n
   thread        an outbound request written by the thread that read the one server
                 request it is handling (sync servers, thread-per-request)
-  task          an outbound request written by the asyncio task that was created for one
-                server request (the task born in the loop callback that read that
-                request's first bytes, or a task that task created)
+  task          an outbound request written in a contextvars.Context made for one server
+                request: an asyncio task's, born in the loop callback that read that
+                request's first bytes, or one copied from it (a task that task created,
+                a thread-pool call it made)
   sole_request  the only server request open in the process when the call was made
   derived       the other end is not seen here: IDs computed from the 4-tuple and sequence
                 number, which an agent on the other host computes the same way
@@ -228,7 +229,9 @@ class Correlator:
         key = (birth.pid, birth.task)
         self.task_reads.pop(key, None)  # an address reused by a new task
         origin = self.task_reads.get((birth.pid, birth.parent)) if birth.parent else None
-        if origin is None and not birth.parent and read is not None \
+        # a Context copied from one that serves no request: a loop callback's (the one
+        # the loop runs a protocol's data_received in) creating a request's task
+        if origin is None and read is not None \
                 and 0 <= birth.ts_ns - read.ns <= TASK_AFTER_READ_NS:
             origin = read
         if origin is not None:
