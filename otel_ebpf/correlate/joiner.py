@@ -150,8 +150,9 @@ class Correlator:
         # request here without scanning every open request of the process
         self.unanswered: defaultdict[tuple[int, int, int], list[Request]] = defaultdict(list)
         self.first_by_id: OrderedDict[tuple[str, str], Request] = OrderedDict()
-        # asyncio task (pid, address) -> the read whose loop callback created it
+        # Context (pid, address) -> the read whose loop callback created it or its ancestor
         self.task_reads: OrderedDict[tuple[int, int], TaskRead] = OrderedDict()
+        self.reads_taken: OrderedDict[tuple, None] = OrderedDict()  # reads a birth took
         self.held: list[tuple[NeutralSpan, Request]] = []
         self.decided: dict[str, int] = {}  # spans settled by evidence, not yet in stats
 
@@ -230,10 +231,18 @@ class Correlator:
         self.task_reads.pop(key, None)  # an address reused by a new task
         origin = self.task_reads.get((birth.pid, birth.parent)) if birth.parent else None
         # a Context copied from one that serves no request: a loop callback's (the one
-        # the loop runs a protocol's data_received in) creating a request's task
+        # the loop runs a protocol's data_received in) creating a request's task. Only the
+        # first such copy after a read takes it: a loop callback of another connection
+        # (an accept's call_soon) copied after it would otherwise pass the request on to
+        # every Context made from its own
         if origin is None and read is not None \
                 and 0 <= birth.ts_ns - read.ns <= TASK_AFTER_READ_NS:
-            origin = read
+            taken = (read.key, read.pos)
+            if taken not in self.reads_taken:
+                self.reads_taken[taken] = None
+                if len(self.reads_taken) > self.max_requests:
+                    self.reads_taken.popitem(last=False)
+                origin = read
         if origin is not None:
             self.task_reads[key] = origin
             while len(self.task_reads) > self.max_requests:

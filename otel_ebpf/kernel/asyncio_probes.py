@@ -56,13 +56,44 @@ def interpreters_of(pid: int | str, proc_root: str = "/proc") -> set[str]:
     return found
 
 
+# x86-64: `mov 0x18(%rax),%rdi` (the current Context's ctx_vars), an optional pop, then
+# `jmp rel32`: PyContext_CopyCurrent tail-calling context_new_from_vars
+_TAIL_CALL = re.compile(rb"\x48\x8b\x78\x18(?:[\x58-\x5f]|\x41[\x58-\x5f])?\xe9(.{4})", re.S)
+_EM_X86_64 = 62
+
+
+def copy_site(path: str, elf: ElfInfo, offset: int) -> int:
+    """Where every copy of a Context passes: PyContext_CopyCurrent's file offset, or, where
+    it tail-calls the static context_new_from_vars, that function's. A build that links the
+    interpreter into its executable with link-time optimization (Debian's python3.11)
+    inlines PyContext_CopyCurrent into `contextvars.copy_context()`, so thread-pool
+    hand-offs (anyio, asyncio.to_thread) never call the exported function there; all of them
+    reach context_new_from_vars."""
+    with open(path, "rb") as f:
+        head = f.read(20)
+        if len(head) < 20 or struct.unpack_from("<H", head, 18)[0] != _EM_X86_64:
+            return offset
+        f.seek(offset)
+        code = f.read(48)
+    m = _TAIL_CALL.search(code)
+    if m is None:
+        return offset
+    target = offset + m.end() + struct.unpack("<i", m.group(1))[0]
+    # the target must lie in the same executable segment
+    start, end = elf.vaddr_of_offset(offset), elf.vaddr_of_offset(target)
+    if start is None or end is None or end - start != target - offset:
+        return offset
+    return target
+
+
 def interpreter_record(path: str) -> tuple[int, bytes]:
-    """(file offset of PyContext_CopyCurrent, the file's py_ctx_proc record); ValueError
+    """(file offset of the copy site, the file's py_ctx_proc record); ValueError
     (UnsupportedPython) when `path` is no CPython 3.11-3.13 or lacks what is needed."""
     offset = file_offsets(path, (CONTEXT_COPY,), (".dynsym", ".symtab")).get(CONTEXT_COPY)
     if offset is None:
         raise UnsupportedPython(f"no {CONTEXT_COPY}")
     elf = ElfInfo(path)
+    offset = copy_site(path, elf, offset)
     runtime = elf.objects.get("_PyRuntime")
     version_sym = elf.objects.get("Py_Version")
     raw = elf.read(version_sym[0], 4) if version_sym else None
