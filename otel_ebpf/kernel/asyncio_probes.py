@@ -116,7 +116,6 @@ class AsyncioProbes(LibraryProbes):
     def __init__(self, obj: BPFObject) -> None:
         super().__init__(obj)
         self.interpreters: dict[str, int] = {}  # path -> its record's index (the cookie)
-        self.files = obj.map("py_ctx_files")
 
     def scan(self, pids: list[int | str]) -> int:
         """Attach to the interpreters these processes run; returns how many were new."""
@@ -140,7 +139,7 @@ class AsyncioProbes(LibraryProbes):
             log.info("contexts in %s not covered (%s)", path, exc)
             self.uncovered.add(path)
             return 0
-        self.files.update(index.to_bytes(4, "little"), record)
+        self.obj.map("py_ctx_files").update(index.to_bytes(4, "little"), record)
         try:
             self.obj.attach_uprobe("context_copy_enter", path, offset, cookie=index)
             self.obj.attach_uprobe("context_copy_return", path, offset, retprobe=True,
