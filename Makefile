@@ -1,13 +1,13 @@
 # otel-ebpf: `make run` installs everything and runs the agent with config/default.yaml;
 # `make test` installs everything and runs the whole test suite.
 SHELL := /bin/bash
-# The interpreter .venv is built from (3.11+). It must keep its symbol table: the agent puts
-# uprobes on CPython's own asyncio task and contextvars functions (task_step_impl,
-# context_run, ...), which only an unstripped build names, and the kernel tests check the
-# asyncio and thread-pool correlation they give on the venv's interpreter. pyenv's and
-# source builds keep them; Debian's /usr/bin/python3.11 is stripped. `python3` is checked
-# before the venv is built (tests/support/python_symbols.py): a stripped one stops `make`
-# with the interpreters found here that would do, e.g. make PYTHON=~/.pyenv/versions/3.11.7/bin/python3
+# The interpreter .venv is built from (CPython 3.11 to 3.13). The agent's uprobes on CPython
+# go on the exported PyContext_CopyCurrent and read _PyRuntime (dynamic symbols), so stripped
+# builds (Debian's /usr/bin/python3.11) do as well as pyenv's; the kernel tests check the
+# asyncio and thread-pool correlation they give on the venv's interpreter. `python3` is
+# checked before the venv is built (tests/support/python_symbols.py): one the probes do not
+# cover stops `make` with the interpreters found here that would do, e.g.
+# make PYTHON=~/.pyenv/versions/3.11.7/bin/python3
 PYTHON ?= python3
 VENV := .venv
 # a real vector DB for the tests, in a venv of its own: chromadb pulls uvloop, which would
@@ -58,7 +58,7 @@ deps:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 
-# a venv built earlier from a stripped interpreter is refused too (make clean, then again)
+# a venv built earlier from an interpreter the probes do not cover is refused too (make clean, then again)
 venv: $(VENV)/.installed $(VENV)/.torch
 	@$(PY) tests/support/python_symbols.py
 

@@ -35,8 +35,8 @@ so that no mode always follows the same one (untraced always runs):
              OpenSSL probes on). OTEL_EBPF_* variables in the environment reach the agent
              (e.g. OTEL_EBPF_RECEIVERS_EBPF_CAPTURE_MAX_BYTES=1024).
   otel-ebpf-no-tasks  the same with correlation.asyncio_tasks: false: no uprobes on
-             CPython's task steps and Context.run (they cost the app a trap per call; they
-             are what joins an asyncio service's outbound calls to its requests).
+             CPython's Context copies (two traps per copy; they are what joins an asyncio
+             service's outbound calls to its requests).
   baseline   (with --baseline DIR) the agent of another source tree (an earlier commit,
              its bpf/ built), default settings: before and after side by side, interleaved.
   otel-sdk   the app instruments itself (OTEL_BENCH_SDK_TRACES): FastAPIInstrumentor with a

@@ -1,8 +1,9 @@
-"""Cost of the CPython task and Context uprobes (correlation evidence for asyncio and
-thread pools) on an asyncio program, side by side in one run:
+"""Cost of the CPython Context uprobes (correlation evidence for asyncio and thread pools)
+on an asyncio program, side by side in one run:
 
   off       no probes attached
-  probes    task step entry/return, task creation, Context.run entry/return attached
+  probes    the PyContext_CopyCurrent entry/return pair attached (a copy per task created;
+            a task step fires nothing)
 
 Run as root:  .venv/bin/python bench/asyncio_probes_overhead.py [--rounds 5] [--steps 200000]
               [--out docs/performance.md]
@@ -58,20 +59,14 @@ def run_loop(steps: int) -> dict:
 def measure(mode: str, steps: int) -> dict:
     if mode == "off":
         return run_loop(steps)
-    import _asyncio
-
-    from otel_ebpf.kernel.asyncio_probes import asyncio_libraries_of, interpreters_of
+    from otel_ebpf.kernel.asyncio_probes import interpreters_of
     from otel_ebpf.kernel.libbpf import LibbpfLog
     from otel_ebpf.kernel.socket_tracer import CaptureSettings, SocketTracer
 
     tracer = SocketTracer(CaptureSettings(ports=(1,)), LibbpfLog())
     try:
-        minor = sys.version_info.minor
-        assert any(p == _asyncio.__file__ for p, _ in asyncio_libraries_of("self"))
-        attached = tracer.asyncio._attach(_asyncio.__file__, minor)
-        attached += sum(tracer.asyncio._attach_interpreter(p) for p in interpreters_of("self"))
-        if attached < 2:
-            raise SystemExit("this interpreter has no symbols for the probes: nothing to measure")
+        if not sum(tracer.asyncio._attach(p) for p in interpreters_of("self")):
+            raise SystemExit("this interpreter is not covered by the probes: nothing to measure")
         return run_loop(steps)
     finally:
         tracer.close()
@@ -90,7 +85,7 @@ def main() -> None:
             print(f"round {r + 1}/{args.rounds} {mode:7s} {results[mode][-1]}", file=sys.stderr)
     med = {m: {k: statistics.median(x[k] for x in v) for k in v[0]} for m, v in results.items()}
     lines = [
-        f"### CPython task and Context probes ({time.strftime('%Y-%m-%d')}, {args.steps} "
+        f"### CPython Context probes ({time.strftime('%Y-%m-%d')}, {args.steps} "
         f"task steps and {args.steps // 10} task creations, median of {args.rounds} rounds)",
         "",
         f"`sudo .venv/bin/python bench/asyncio_probes_overhead.py --rounds {args.rounds} "

@@ -303,11 +303,9 @@ SEC("tracepoint/sched/sched_process_exit")
 int on_process_exit(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	/* Every thread: its last task step and Context have no return probe to clear them,
-	 * and its thread id comes back as another thread's (a thread pool worker, say). */
+	/* Every thread: its thread id comes back as another thread's (a pool worker, say) */
 	__u32 tid = (__u32)id;
-	bpf_map_delete_elem(&cur_task, &tid);
-	bpf_map_delete_elem(&cur_ctx, &tid);
+	bpf_map_delete_elem(&py_tstates, &tid);
 	if ((__u32)id != (id >> 32))
 		return 0; /* a thread, not the process */
 	return emit_proc_event(EV_PROC_EXIT);
@@ -318,93 +316,58 @@ int on_process_exit(void *ctx)
 SEC("tracepoint/sched/sched_process_exec")
 int on_process_exec(void *ctx) { return emit_proc_event(EV_PROC_EXEC); }
 
-/* ---- asyncio tasks (entry-only uprobes on CPython, attached per process) ----------- */
+/* ---- contextvars.Context hand-offs (a uprobe pair on CPython's PyContext_CopyCurrent) -- */
 
-/* A task step begins; it runs inside the task's own Context (asyncio's Handle._run enters
- * it for every step and leaves it when the step returns), so the step is running exactly
- * while that Context is entered. The Context is the task's task_context member. */
-static __always_inline int task_enter(__u64 task, const __u32 context_off)
+/* A process's first copy registers its interpreter: the probe's address here, plus its
+ * file's distance from PyContext_CopyCurrent to _PyRuntime (the record the cookie names),
+ * is _PyRuntime's address. It counts once the calling thread's state is found there. */
+static __always_inline void register_interpreter(struct pt_regs *ctx, __u32 tgid, __u32 tid)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct running_task t = {.task = task, .ctx_off = context_off};
-	bpf_probe_read_user(&t.ctx, sizeof(t.ctx), (void *)(task + context_off));
-	bpf_map_update_elem(&cur_task, &tid, &t, BPF_ANY);
+	__u32 file = (__u32)bpf_get_attach_cookie(ctx);
+	struct py_ctx_proc *f = bpf_map_lookup_elem(&py_ctx_files, &file);
+	if (!f || !f->tstate_context)
+		return;
+	struct py_ctx_proc p = *f;
+	p.runtime = PT_REGS_IP(ctx) + f->runtime;
+	if (py_ctx_find_tstate(&p, tid))
+		bpf_map_update_elem(&py_ctx_procs, &tgid, &p, BPF_ANY);
+}
+
+/* PyContext_CopyCurrent(void): every hand-off of a Context to new work copies it (an
+ * asyncio task's creation, loop.call_soon, contextvars.copy_context() in asyncio.to_thread,
+ * anyio and Starlette's thread pools). The entry only registers the process. */
+SEC("uprobe")
+int BPF_KPROBE(context_copy_enter)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	if (!bpf_map_lookup_elem(&py_ctx_procs, &tgid))
+		register_interpreter(ctx, tgid, (__u32)id);
 	return 0;
 }
 
-/* TaskObj's task_context, by CPython version (otel_ebpf/kernel/asyncio_probes.py checks
- * these against live interpreters in its tests). */
-#define TASK_CONTEXT_311 152
-#define TASK_CONTEXT_312 152
-#define TASK_CONTEXT_313 136
-
-/* task_step_impl(TaskObj *task, PyObject *exc): CPython 3.11 */
-SEC("uprobe")
-int BPF_KPROBE(task_step_enter_311, void *task)
-{
-	return task_enter((__u64)task, TASK_CONTEXT_311);
-}
-
-/* task_step_impl(asyncio_state *state, TaskObj *task, PyObject *exc): CPython 3.12, 3.13 */
-SEC("uprobe")
-int BPF_KPROBE(task_step_enter_312, void *state, void *task)
-{
-	return task_enter((__u64)task, TASK_CONTEXT_312);
-}
-
-SEC("uprobe")
-int BPF_KPROBE(task_step_enter_313, void *state, void *task)
-{
-	return task_enter((__u64)task, TASK_CONTEXT_313);
-}
-
-/* _asyncio_Task___init__(PyObject *self, ...): a task is born, inside a running task or
- * in a loop callback (a protocol's data_received creating a request's task). */
-SEC("uprobe")
-int BPF_KPROBE(task_init, void *self)
+/* The copy returns: the new Context is the child of the one the thread runs in (the copy
+ * leaves the thread's own Context as it was). */
+SEC("uretprobe")
+int BPF_KRETPROBE(context_copy_return, void *copy)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32, tid = (__u32)id;
-	if (!bpf_map_lookup_elem(&traced_pids, &tgid))
+	__u32 tgid = id >> 32;
+	if (!copy || !bpf_map_lookup_elem(&traced_pids, &tgid))
 		return 0;
+	__u64 parent = py_current_context();
 	struct task_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
 	if (!ev) {
 		count(CNT_RINGBUF_DROPS, 1);
 		return 0;
 	}
 	ev->hdr.type = EV_TASK_NEW;
-	ev->hdr.tid = tid;
+	ev->hdr.tid = (__u32)id;
 	ev->hdr.ts_ns = bpf_ktime_get_ns();
 	ev->pid = tgid;
 	ev->_pad = 0;
-	ev->task = (__u64)self;
-	ev->parent = running_task_of(tid);
+	ev->task = (__u64)copy;
+	ev->parent = parent;
 	bpf_ringbuf_submit(ev, wakeup_flags());
-	return 0;
-}
-
-/* context_run(PyContext *self, ...): Context.run() begins. A Context first run inside a
- * task step (anyio copies the task's context, then runs it once on the loop) is bound to
- * that task; where another thread later runs it, it works for that task. The run's end is
- * not probed: readers check that the Context is still entered. Only processes whose
- * outbound calls come from thread pools get this probe and the next. */
-SEC("uprobe")
-int BPF_KPROBE(context_run_enter, void *self)
-{
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	__u64 context = (__u64)self;
-	bpf_map_update_elem(&cur_ctx, &tid, &context, BPF_ANY);
-	__u64 task = running_task_of(tid);
-	if (task)
-		bpf_map_update_elem(&ctx_task, &context, &task, BPF_NOEXIST);
-	return 0;
-}
-
-/* context_tp_dealloc(PyContext *self): its address may come back as another Context. */
-SEC("uprobe")
-int BPF_KPROBE(context_dealloc, void *self)
-{
-	__u64 context = (__u64)self;
-	bpf_map_delete_elem(&ctx_task, &context);
 	return 0;
 }

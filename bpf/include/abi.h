@@ -114,17 +114,18 @@ struct data_event {
 	__u16 tail_len;          /* the payload's last tail_len bytes are the message's last
 				  * bytes (its middle was not captured); the rest is its prefix */
 	struct addr peer;        /* DATA_F_HAS_PEER: datagram source/destination */
-	__u64 task;              /* the asyncio task running on the thread, or 0 */
+	__u64 task;              /* the contextvars.Context the thread ran in (its address), or 0 */
 	/* payload follows */
 };
 
-/* An asyncio task was created (uprobe on CPython's _asyncio Task.__init__). */
+/* A contextvars.Context was copied (uprobe pair on CPython's PyContext_CopyCurrent): an
+ * asyncio task's creation, a thread-pool call's hand-off. */
 struct task_event {
 	struct event_header hdr;
 	__u32 pid;
 	__u32 _pad;
-	__u64 task;    /* the new task object's address */
-	__u64 parent;  /* the task running when it was created, or 0 (a loop callback) */
+	__u64 task;    /* the new Context's address */
+	__u64 parent;  /* the Context the copying thread ran in, or 0 */
 };
 
 struct proc_exit_event {

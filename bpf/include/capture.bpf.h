@@ -185,41 +185,6 @@ CAPTURE_MAP struct {
 	__type(value, __u64);
 } muted SEC(".maps");
 
-/* The asyncio task a thread stepped last (an entry-only uprobe on CPython's task step),
- * with the task's Context: the step is still running exactly while that Context is
- * entered (its ctx_entered flag), so no return probe is needed. */
-struct running_task {
-	__u64 task;
-	__u64 ctx;      /* the task's Context (TaskObj.task_context), 0 when unreadable */
-	__u32 ctx_off;  /* where the task keeps it (its CPython version's offset) */
-	__u32 _pad;
-};
-
-CAPTURE_MAP struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, struct running_task);
-} cur_task SEC(".maps");
-
-/* The contextvars.Context each thread entered last (an entry-only uprobe on CPython's
- * context_run), and the asyncio task a Context was first run in: a thread pool worker
- * running a Context copied by a task (anyio's to_thread, Starlette's run_in_threadpool)
- * works for that task. */
-CAPTURE_MAP struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, __u64);
-} cur_ctx SEC(".maps");
-
-CAPTURE_MAP struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u64);
-	__type(value, __u64);
-} ctx_task SEC(".maps");
-
 /* Processes with a traced connection: only theirs are worth task events. */
 CAPTURE_MAP struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -228,62 +193,14 @@ CAPTURE_MAP struct {
 	__type(value, __u8);
 } traced_pids SEC(".maps");
 
-/* PyContext's ctx_entered (an int after PyObject_HEAD and three pointers), the same in
- * CPython 3.11, 3.12 and 3.13 (default builds; free-threaded builds are not covered). */
-#define PY_CONTEXT_ENTERED 40
-
-/* Is this Context entered now (by some thread)? */
-static __always_inline bool context_entered(__u64 ctx)
-{
-	__s32 entered = 0;
-	if (!ctx || bpf_probe_read_user(&entered, sizeof(entered), (void *)(ctx + PY_CONTEXT_ENTERED)))
-		return false;
-	return entered != 0;
-}
-
-/* Is the task's step still running? Its Context is entered, and it is still that task's
- * Context: a task that ended cleared the field (its Context freed may come back entered as
- * another, from CPython's free list, while the dead task's entry is still here). */
-static __always_inline bool step_running(struct running_task *t)
-{
-	__u64 now = 0;
-	if (!context_entered(t->ctx))
-		return false;
-	if (bpf_probe_read_user(&now, sizeof(now), (void *)(t->task + t->ctx_off)))
-		return false;
-	return now == t->ctx;
-}
-
-/* The task whose step this thread is running now, or 0 (its last step has returned). */
-static __always_inline __u64 running_task_of(__u32 tid)
-{
-	struct running_task *t = bpf_map_lookup_elem(&cur_task, &tid);
-	if (!t)
-		return 0;
-	return step_running(t) ? t->task : 0;
-}
-
-/* The asyncio task a thread works for: the one whose step it runs, or the one whose
- * Context it runs (a thread that steps tasks, an event loop, never takes the second: its
- * last Context may be one a worker runs now). */
-static __always_inline __u64 task_of_thread(__u32 tid)
-{
-	struct running_task *t = bpf_map_lookup_elem(&cur_task, &tid);
-	if (t)
-		return step_running(t) ? t->task : 0;
-	__u64 *ctx = bpf_map_lookup_elem(&cur_ctx, &tid);
-	if (!ctx || !context_entered(*ctx))
-		return 0;
-	__u64 *task = bpf_map_lookup_elem(&ctx_task, ctx);
-	return task ? *task : 0;
-}
-
 static __always_inline void count(__u32 idx, __u64 n)
 {
 	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
 	if (v)
 		*v += n;
 }
+
+#include "py_context.bpf.h"
 
 /* Wake the reader only when the ring fills past the threshold: each wake-up costs the
  * producer more than the copy itself, and the reader polls on a timer anyway. */
@@ -583,7 +500,7 @@ static __always_inline void emit_data(struct conn_state *st, struct syscall_args
 	ev->msg_len = len;
 	ev->flags = 0;
 	ev->tcp_seq = tcp_seq;
-	ev->task = task_of_thread((__u32)bpf_get_current_pid_tgid());
+	ev->task = py_current_context();
 	if (peer) {
 		ev->peer = *peer;
 		ev->flags |= peer->family ? DATA_F_HAS_PEER : 0;

@@ -7,9 +7,10 @@ Evidence, strongest first (the span attribute `otel_ebpf.correlation` names it):
                 of the request's first byte, so request n pairs with request n
   thread        an outbound request written by the thread that read the one server
                 request it is handling (sync servers, thread-per-request)
-  task          an outbound request written by the asyncio task that was created for one
-                server request (the task born in the loop callback that read that
-                request's first bytes, or a task that task created)
+  task          an outbound request written in a contextvars.Context made for one server
+                request: an asyncio task's, born in the loop callback that read that
+                request's first bytes, or one copied from it (a task that task created,
+                a thread-pool call it made)
   sole_request  the only server request open in the process when the call was made
   derived       the other end is not seen here: IDs computed from the 4-tuple and sequence
                 number, which an agent on the other host computes the same way
@@ -149,8 +150,9 @@ class Correlator:
         # request here without scanning every open request of the process
         self.unanswered: defaultdict[tuple[int, int, int], list[Request]] = defaultdict(list)
         self.first_by_id: OrderedDict[tuple[str, str], Request] = OrderedDict()
-        # asyncio task (pid, address) -> the read whose loop callback created it
+        # Context (pid, address) -> the read whose loop callback created it or its ancestor
         self.task_reads: OrderedDict[tuple[int, int], TaskRead] = OrderedDict()
+        self.reads_taken: OrderedDict[tuple, None] = OrderedDict()  # reads a birth took
         self.held: list[tuple[NeutralSpan, Request]] = []
         self.decided: dict[str, int] = {}  # spans settled by evidence, not yet in stats
 
@@ -230,9 +232,19 @@ class Correlator:
         key = (birth.pid, birth.task)
         self.task_reads.pop(key, None)  # an address reused by a new task
         origin = self.task_reads.get((birth.pid, birth.parent)) if birth.parent else None
-        if origin is None and not birth.parent and read is not None \
+        # a Context copied from one that serves no request: a loop callback's (the one
+        # the loop runs a protocol's data_received in) creating a request's task. Only the
+        # first such copy after a read takes it: a loop callback of another connection
+        # (an accept's call_soon) copied after it would otherwise pass the request on to
+        # every Context made from its own
+        if origin is None and read is not None \
                 and 0 <= birth.ts_ns - read.ns <= TASK_AFTER_READ_NS:
-            origin = read
+            taken = (read.key, read.pos)
+            if taken not in self.reads_taken:
+                self.reads_taken[taken] = None
+                if len(self.reads_taken) > self.max_requests:
+                    self.reads_taken.popitem(last=False)
+                origin = read
         if origin is not None:
             self.task_reads[key] = origin
             while len(self.task_reads) > self.max_requests:

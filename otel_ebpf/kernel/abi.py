@@ -102,7 +102,7 @@ class DataEvent(NamedTuple):
     tcp_seq: int | None  # meaningful for TCP connections only; None: unknown (TLS)
     payload: bytes  # the message's first captured bytes
     peer: tuple[str, int] | None  # datagram source or destination
-    task: int = 0  # the asyncio task running on the thread (its object's address), or 0
+    task: int = 0  # the contextvars.Context the thread ran in (its address), or 0
     tail: bytes = b""  # the message's last bytes, when its middle was not captured
     tls: bool = False  # TLS plaintext (OpenSSL uprobes): positions of its own
 
@@ -113,7 +113,8 @@ class DataEvent(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class TaskNew:
-    """An asyncio task was created on thread `tid`, by task `parent` (0: a loop callback)."""
+    """A contextvars.Context `task` was copied on thread `tid` from the Context `parent` it
+    ran in (an asyncio task's creation, a thread-pool call's hand-off)."""
 
     pid: int
     tid: int

@@ -148,26 +148,24 @@ def _check_socket_program() -> Check:
 
 
 def _check_asyncio_symbols() -> Check:
-    """Which running Pythons' asyncio the task probes can see (correlation evidence)."""
-    from .asyncio_probes import TASK_INIT, TASK_STEP, asyncio_libraries_of
-    from .uprobes import file_offsets
+    """Which running Pythons' Context hand-offs the probes can see (correlation evidence)."""
+    from .asyncio_probes import interpreter_record, interpreters_of
 
-    libraries = {path for p in Path("/proc").iterdir() if p.name.isdigit()
-                 for path, _ in asyncio_libraries_of(p.name)}
-    if not libraries:
-        return Check("asyncio task probes", True, "no running process uses asyncio now",
-                     required=False)
-    stripped = []
-    for path in sorted(libraries):
+    files = {path for p in Path("/proc").iterdir() if p.name.isdigit()
+             for path in interpreters_of(p.name)}
+    if not files:
+        return Check("asyncio context probes", True, "no CPython runs now", required=False)
+    uncovered = []
+    for path in sorted(files):
         try:
-            if len(file_offsets(path, (TASK_STEP, TASK_INIT))) < 2:
-                stripped.append(path)
-        except (OSError, ValueError):
-            stripped.append(path)
-    detail = f"{len(libraries) - len(stripped)} of {len(libraries)} _asyncio libraries have symbols"
-    if stripped:
-        detail += "; stripped (their calls correlate without task evidence): " + ", ".join(stripped)
-    return Check("asyncio task probes", not stripped, detail, required=False)
+            interpreter_record(path)
+        except (OSError, ValueError) as exc:
+            uncovered.append(f"{path} ({exc})")
+    detail = f"{len(files) - len(uncovered)} of {len(files)} interpreters covered"
+    if uncovered:
+        detail += "; not covered (their calls correlate without task evidence): " + \
+            ", ".join(uncovered)
+    return Check("asyncio context probes", not uncovered, detail, required=False)
 
 
 # --------------------------------------------------------------------------- kernel needs

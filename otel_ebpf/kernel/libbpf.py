@@ -57,6 +57,9 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
         c_void_p,
         [c_void_p, ctypes.c_bool, c_int, c_char_p, c_size_t],
     ),
+    # (prog, pid, binary, offset, struct bpf_uprobe_opts *): a cookie the program reads
+    "bpf_program__attach_uprobe_opts": (c_void_p, [c_void_p, c_int, c_char_p, c_size_t,
+                                                   c_void_p]),
     "bpf_program__attach_perf_event": (c_void_p, [c_void_p, c_int]),
     "bpf_link__destroy": (c_int, [c_void_p]),
     "bpf_map__name": (c_char_p, [c_void_p]),
@@ -99,6 +102,13 @@ class MapCreateOpts(ctypes.Structure):
                 ("inner_map_fd", ctypes.c_uint32), ("map_flags", ctypes.c_uint32),
                 ("map_extra", ctypes.c_uint64), ("numa_node", ctypes.c_uint32),
                 ("map_ifindex", ctypes.c_uint32)]
+
+
+class UprobeOpts(ctypes.Structure):
+    """struct bpf_uprobe_opts up to retprobe (libbpf 1.0's fields; `sz` says so)."""
+
+    _fields_ = [("sz", c_size_t), ("ref_ctr_offset", c_size_t),
+                ("bpf_cookie", ctypes.c_uint64), ("retprobe", ctypes.c_bool)]
 
 
 # libbpf calls this for every message it prints; we keep the last ones so a load error

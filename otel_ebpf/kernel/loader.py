@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from . import libbpf
-from .libbpf import errno_text, lib
+from .libbpf import UprobeOpts, errno_text, lib
 
 TRACEFS = Path("/sys/kernel/tracing")
 BTF_PATH = Path("/sys/kernel/btf/vmlinux")
@@ -213,11 +213,20 @@ class BPFObject:
         return link
 
     def attach_uprobe(
-        self, program: str, binary: str, offset: int, retprobe: bool = False, pid: int = -1
+        self, program: str, binary: str, offset: int, retprobe: bool = False, pid: int = -1,
+        cookie: int | None = None,
     ) -> int:
-        """uprobe (or uretprobe) on binary+offset, for every process (pid -1) or one."""
-        link = lib.bpf_program__attach_uprobe(self._program(program), retprobe, pid,
-                                              binary.encode(), offset)
+        """uprobe (or uretprobe) on binary+offset, for every process (pid -1) or one; a
+        `cookie` is what bpf_get_attach_cookie() returns in the program."""
+        if cookie is None:
+            link = lib.bpf_program__attach_uprobe(self._program(program), retprobe, pid,
+                                                  binary.encode(), offset)
+        else:
+            opts = UprobeOpts(sz=ctypes.sizeof(UprobeOpts), bpf_cookie=cookie,
+                              retprobe=retprobe)
+            link = lib.bpf_program__attach_uprobe_opts(self._program(program), pid,
+                                                       binary.encode(), offset,
+                                                       ctypes.byref(opts))
         return self._keep(link, f"uprobe {program} on {binary}+{offset:#x}")
 
     def detach(self, link: int) -> None:

@@ -1,11 +1,16 @@
 """The correlation benchmark's topology, small, in CI: gateway (asyncio) -> rag (thread
 pool) -> embedder / vectordb / llm (SSE), gateway -> legacy (gunicorn sync). Parents must
 never be wrong; at concurrency 1 every one must be found, and under concurrency the
-asyncio and thread-pool calls are still found (task and Context evidence)."""
+asyncio and thread-pool calls are still found (Context evidence). Also with the services on
+the distribution's stripped python3 (no .symtab: only exported symbols to probe)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import sysconfig
+from pathlib import Path
 
 import pytest
 
@@ -44,3 +49,42 @@ def test_parents_against_ground_truth(tmp_path, concurrency):
     for shape in ("asyncio", "threadpool"):  # task and Context evidence (CPython uprobes)
         row = report.rows[shape]
         assert row.found >= 0.9 * row.edges, found
+
+
+def _stripped_python() -> str | None:
+    """The distribution's CPython of this venv's minor version, when it has no symbol table
+    (Debian's /usr/bin/python3.11): the venv's packages import there (same ABI)."""
+    exe = Path(f"/usr/bin/python3.{sys.version_info.minor}")
+    if not exe.is_file() or Path(exe).resolve() == Path(sys.executable).resolve():
+        return None
+    out = subprocess.run(["readelf", "-S", "-W", str(exe)], capture_output=True, text=True,
+                         timeout=60).stdout
+    return None if ".symtab" in out else str(exe)
+
+
+@pytest.mark.parametrize("concurrency", [8, 64])
+def test_stripped_interpreter_finds_asyncio_and_thread_pool_parents(tmp_path, monkeypatch,
+                                                                     concurrency):
+    require_kernel()
+    exe = _stripped_python()
+    if exe is None:
+        message = (f"no stripped /usr/bin/python3.{sys.version_info.minor} here: the Context "
+                   "evidence on a stripped interpreter is not checked")
+        if REQUIRE_BPF:
+            pytest.fail(message)
+        pytest.skip(message)
+    repo = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("BENCH_SERVICE_PYTHON", exe)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(repo), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]))
+    result = run_level(concurrency, requests=40, workdir=tmp_path, deadline_s=60,
+                       legacy_every=3)
+    assert result.agent_exit == 0
+    assert result.load["ok"] == result.load["sent"] == 40
+    report = result.report
+    found = {k: (r.found, r.edges) for k, r in report.rows.items()}
+    assert report.total.set > 0 and report.total.right == report.total.set, found
+    for shape in ("asyncio", "threadpool"):
+        row = report.rows[shape]
+        assert row.edges > 0 and row.found >= 0.9 * row.edges, found
+        assert row.evidence.get("task", 0) >= 0.9 * row.edges, found

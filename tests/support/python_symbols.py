@@ -1,13 +1,13 @@
-"""Whether a CPython keeps the symbols that the agent's task and context uprobes need, so
-that the kernel tests can check asyncio and thread-pool correlation on it.
+"""Whether a CPython gives the agent's Context probes what they need, so that the kernel
+tests can check asyncio and thread-pool correlation on it.
 
     python3 tests/support/python_symbols.py    # exit 0: usable; 1: says why and what to do
 
 Standard library and binutils' `nm` only: `make` runs it with the interpreter it is about
-to build .venv from, before anything is installed. The agent reads the static symbol
-table (.symtab) of the `_asyncio` extension and of the interpreter (libpython, else the
-executable); a stripped build (Debian's /usr/bin/python3.11) has none, and its asyncio
-calls correlate without task evidence.
+to build .venv from, before anything is installed. The agent reads the exported (dynamic)
+symbols of the interpreter (libpython, else the executable): `PyContext_CopyCurrent`,
+`_PyRuntime` and `Py_Version`, which stripped builds keep too (Debian's
+/usr/bin/python3.11); and it knows the thread state layout of CPython 3.11 to 3.13.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import sys
 
 # the same names as otel_ebpf/kernel/asyncio_probes.py (tests/unit/test_suite_skips.py
 # checks that they stay the same)
-ASYNCIO_SYMBOLS = ("task_step_impl", "_asyncio_Task___init__")
-INTERPRETER_SYMBOLS = ("context_run", "context_tp_dealloc")
+INTERPRETER_SYMBOLS = ("PyContext_CopyCurrent", "_PyRuntime", "Py_Version")
+VERSIONS = ((3, 11), (3, 12), (3, 13))
 _LIBPYTHON = re.compile(r"/libpython3\.\d+[^/]*\.so[.\d]*$")
 
 
@@ -32,30 +32,24 @@ def _mapped(pattern: re.Pattern[str]) -> set[str]:
                 if line.count(" ") >= 5 and pattern.search(line.rstrip())}
 
 
-def _functions(path: str) -> set[str]:
-    """Names of the functions defined in `path`'s .symtab (nm without -D reads only it)."""
-    out = subprocess.run(["nm", "--defined-only", path], capture_output=True, text=True,
+def _exported(path: str) -> set[str]:
+    """Names the dynamic symbol table of `path` defines (nm -D)."""
+    out = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True,
                          timeout=60)
-    return {fields[2] for fields in (line.split() for line in out.stdout.splitlines())
-            if len(fields) == 3 and fields[1] in "tTi"}
+    return {fields[2].split("@")[0] for fields in (line.split() for line in out.stdout.splitlines())
+            if len(fields) == 3}
 
 
 def missing_symbols() -> list[str]:
-    """'symbols in file' for each file that lacks some; empty when this interpreter has
-    them all."""
-    import _asyncio  # noqa: F401 (mapped from here on)
-
-    asyncio_files = _mapped(re.compile(r"/_asyncio\.cpython-3\d+[^/]*\.so$"))
-    if not asyncio_files:  # built into the executable
-        asyncio_files = {os.path.realpath("/proc/self/exe")}
-    interpreter_files = _mapped(_LIBPYTHON) or {os.path.realpath("/proc/self/exe")}
-    missing = []
-    for files, names in ((asyncio_files, ASYNCIO_SYMBOLS),
-                         (interpreter_files, INTERPRETER_SYMBOLS)):
-        have = set().union(*(_functions(f) for f in files))
-        if lacking := [name for name in names if name not in have]:
-            missing.append(f"{', '.join(lacking)} in {' or '.join(sorted(files))}")
-    return missing
+    """What this interpreter lacks for the Context probes; empty when it has it all."""
+    if sys.version_info[:2] not in VERSIONS:
+        return [f"a known thread state layout (CPython {sys.version_info[0]}."
+                f"{sys.version_info[1]}; 3.11 to 3.13 are known)"]
+    files = _mapped(_LIBPYTHON) or {os.path.realpath("/proc/self/exe")}
+    have = set().union(*(_exported(f) for f in files))
+    if lacking := [name for name in INTERPRETER_SYMBOLS if name not in have]:
+        return [f"{', '.join(lacking)} in {' or '.join(sorted(files))}"]
+    return []
 
 
 def _candidates() -> list[str]:
@@ -95,24 +89,19 @@ def main(argv: list[str]) -> int:
     missing = missing_symbols()
     if not missing:
         if not quiet:
-            print(f"{sys.executable} (Python {sys.version.split()[0]}) has the symbols "
-                  "the asyncio and context probes need")
+            print(f"{sys.executable} (Python {sys.version.split()[0]}) has what the "
+                  "context probes need")
         return 0
     if quiet:
         return 1
     usable = [exe for exe in _candidates() if _usable(exe)]
-    print(f"{sys.executable} (Python {sys.version.split()[0]}) is stripped: no "
-          + "; no ".join(missing) + ".\nThe kernel tests check asyncio and thread-pool "
-          "correlation through uprobes on these functions; build .venv from a CPython that "
-          "keeps its symbol table (pyenv's and source builds do; Debian's /usr/bin/python3.x "
-          "does not).", file=sys.stderr)
+    print(f"{sys.executable} (Python {sys.version.split()[0]}) lacks " + "; ".join(missing)
+          + ".\nThe kernel tests check asyncio and thread-pool correlation through uprobes "
+          "on CPython's Context copies; build .venv from a CPython 3.11 to 3.13.",
+          file=sys.stderr)
     if usable:
         print("This machine has: " + ", ".join(usable) + f"\n  make clean && make "
               f"PYTHON={usable[0]} test", file=sys.stderr)
-    else:
-        print("None found here; install one, e.g. `pyenv install 3.11` "
-              "(https://github.com/pyenv/pyenv), then\n  make clean && make "
-              "PYTHON=$(pyenv root)/versions/3.11.<x>/bin/python3 test", file=sys.stderr)
     return 1
 
 

@@ -1,7 +1,8 @@
-"""The CPython object layouts the entry-only task probes read (socket_trace.bpf.c): where a
-Task keeps its Context (TaskObj.task_context) and where a Context says it is entered
-(PyContext.ctx_entered), checked against every live interpreter found here (the agent's,
-pyenv's, the distribution's stripped python3), and the BPF macros against the table."""
+"""Where a CPython thread state keeps its contextvars.Context (PyThreadState.context), the
+field the kernel reads at every socket call (bpf/include/py_context.bpf.h), checked against
+every live interpreter found here (the agent's, pyenv's, the distribution's stripped
+python3), and the record each interpreter file gets (its _PyRuntime from the exported
+PyContext_CopyCurrent, its thread list offsets)."""
 
 from __future__ import annotations
 
@@ -14,30 +15,29 @@ from pathlib import Path
 
 import pytest
 
-from otel_ebpf.kernel.asyncio_probes import TASK_CONTEXT_OFFSETS, TASK_STEP_PROGRAMS
+from otel_ebpf.kernel.asyncio_probes import (
+    MAX_FILES,
+    PY_CTX_RECORD,
+    TSTATE_CONTEXT,
+    interpreter_record,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
-# In the interpreter under test: the offsets at which a task holds its Context, and
-# ctx_entered (an int at 40) inside and outside Context.run.
+# In the interpreter under test: the offsets in the thread state that hold the Context
+# it runs in, inside Context.run; and the files that hold the interpreter.
 PROBE = r"""
-import asyncio, contextvars, ctypes, json, struct, sys
-
-async def main():
-    ctx = contextvars.copy_context()
-    async def work():
-        await asyncio.sleep(0)
-    task = asyncio.get_running_loop().create_task(work(), context=ctx)
-    raw = ctypes.string_at(id(task), 512)
-    found = [i for i in range(0, 512, 8) if struct.unpack_from("<Q", raw, i)[0] == id(ctx)]
-    other = contextvars.copy_context()
-    entered = lambda: struct.unpack_from("<i", ctypes.string_at(id(other), 44), 40)[0]
-    print(json.dumps({"minor": sys.version_info.minor, "task_context": found,
-                      "entered_in": other.run(entered), "entered_out": entered(),
-                      "c_task": type(task).__module__ == "_asyncio"}))
-    await task
-
-asyncio.run(main())
+import contextvars, ctypes, json, os, re, sys
+get = ctypes.pythonapi.PyThreadState_Get
+get.restype = ctypes.c_void_p
+ctx = contextvars.copy_context()
+def inside():
+    ts = get()
+    return [o for o in range(0, 1024, 8) if ctypes.c_void_p.from_address(ts + o).value == id(ctx)]
+libs = sorted({l.split()[-1] for l in open("/proc/self/maps")
+               if re.search(r"/libpython3\.\d+[^/]*\.so", l)})
+print(json.dumps({"version": list(sys.version_info[:2]), "context": ctx.run(inside),
+                  "file": libs[0] if libs else os.path.realpath(sys.executable)}))
 """
 
 
@@ -50,23 +50,25 @@ def interpreters() -> list[str]:
 
 
 @pytest.mark.parametrize("python", interpreters())
-def test_layout_matches_the_table(python):
+def test_thread_state_context_matches_the_table(python):
     out = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=60,
                          check=True)
     doc = json.loads(out.stdout)
-    minor = doc["minor"]
-    if minor not in TASK_CONTEXT_OFFSETS:
-        pytest.skip(f"CPython 3.{minor} is not covered by the task probes")
-    assert doc["c_task"], "asyncio's C Task is what the probes see"
-    assert doc["task_context"] == [TASK_CONTEXT_OFFSETS[minor]], doc
-    assert (doc["entered_in"], doc["entered_out"]) == (1, 0), doc
+    version = tuple(doc["version"])
+    if version not in TSTATE_CONTEXT:
+        pytest.skip(f"CPython {version} is not covered by the context probes")
+    assert doc["context"] == [TSTATE_CONTEXT[version]], doc
+    # its file gives a record: PyContext_CopyCurrent is exported, stripped builds too
+    offset, record = interpreter_record(doc["file"])
+    assert offset > 0 and len(record) == PY_CTX_RECORD.size
+    fields = PY_CTX_RECORD.unpack(record)
+    assert fields[5] == TSTATE_CONTEXT[version]
 
 
-def test_bpf_macros_match_the_table():
-    source = (REPO / "bpf/socket_trace.bpf.c").read_text()
-    macros = {int(m[1]): int(m[2]) for m in
-              re.finditer(r"#define TASK_CONTEXT_3(\d+) (\d+)", source)}
-    assert macros == TASK_CONTEXT_OFFSETS
-    for minor, program in TASK_STEP_PROGRAMS.items():
-        body = source[source.index(f"BPF_KPROBE({program}"):]
-        assert f"TASK_CONTEXT_3{minor})" in body[:300], program
+def test_bpf_record_matches_the_packing():
+    header = (REPO / "bpf/include/py_context.bpf.h").read_text()
+    body = header[header.index("struct py_ctx_proc {"):header.index("};", header.index(
+        "struct py_ctx_proc {"))]
+    fields = re.findall(r"__(u64|u32)\s+\w+;", body)
+    assert "".join("q" if f == "u64" else "I" for f in fields) == PY_CTX_RECORD.format[1:]
+    assert f"#define PY_CTX_FILES {MAX_FILES} " in header

@@ -252,3 +252,32 @@ def test_a_reused_task_address_does_not_rebind_earlier_calls():
     c.on_spans([call_span, server], now_ns=0)
     c.flush()
     assert call_span.parent_span_id == server.span_id
+
+
+def test_a_context_copied_in_a_loop_callback_takes_the_read_once():
+    """The loop callback that reads a request runs in a Context of its own (the reader's,
+    serving no request): the first Context copied from it after the read is the request's
+    task's; a later copy on the thread (an accept's call_soon for another connection) does
+    not take the same read, nor pass it on to the Contexts made from it."""
+    from otel_ebpf.conntrack.table import LastRead
+    from otel_ebpf.kernel.abi import TaskNew
+
+    c = Correlator(Stats())
+    read = LastRead(SERVER.key, 0, 40, ns=900)
+    c.on_tasks([
+        (TaskNew(pid=2, tid=7, ts_ns=1_000, task=0xA, parent=0x50), read),  # the task
+        (TaskNew(pid=2, tid=7, ts_ns=1_200, task=0xD, parent=0x50), read),  # call_soon
+        (TaskNew(pid=2, tid=7, ts_ns=1_300, task=0xE, parent=0xD), read),   # its reader
+        (TaskNew(pid=2, tid=8, ts_ns=1_400, task=0xF, parent=0xA), None),   # to_thread copy
+    ])
+    assert set(c.task_reads) == {(2, 0xA), (2, 0xF)}
+    out = conn(2, 9, Role.CLIENT, 6000, 443)
+    call = frame(Direction.EGRESS, 30, 31, 8, seq=2)  # from a worker thread, in 0xF
+    call.task = 0xF
+    c.on_frames([request(SERVER, 10, 20, tid=7, seq=1), request(SERVER_B, 12, 22, tid=7, seq=5),
+                 (out, call)], now_ns=0)
+    server, call_span = span(SERVER), span(out)
+    c.on_spans([call_span, server], now_ns=0)
+    c.flush()
+    assert call_span.parent_span_id == server.span_id
+    assert call_span.attributes["otel_ebpf.correlation"] == "task"

@@ -1,5 +1,5 @@
 """file_offsets (the symbol lookup every uprobe set uses) against binutils' readelf, on a
-library built here and on the interpreters the asyncio probes go on."""
+library built here and on the interpreters the Context probes go on."""
 
 from __future__ import annotations
 
@@ -11,14 +11,7 @@ import subprocess
 
 import pytest
 
-from otel_ebpf.kernel.asyncio_probes import (
-    CONTEXT_DEALLOC,
-    CONTEXT_RUN,
-    TASK_INIT,
-    TASK_STEP,
-    asyncio_libraries_of,
-    interpreters_of,
-)
+from otel_ebpf.kernel.asyncio_probes import CONTEXT_COPY, interpreters_of
 from otel_ebpf.kernel.uprobes import file_offsets
 
 # `run` has no string of its own in the string tables: the linker ends it inside
@@ -82,16 +75,17 @@ def test_names_that_end_inside_other_names_and_static_functions(tmp_path):
 
 
 def test_interpreter_functions_where_readelf_finds_them():
-    """This interpreter's files (make keeps .venv on one with its symbol table), and those
-    of the other CPythons pyenv has here (each version's own layout of libpython)."""
-    import _asyncio  # noqa: F401 (mapped from here on)
-
-    paths = {path for path, _ in asyncio_libraries_of(os.getpid())} | interpreters_of(os.getpid())
+    """This interpreter's files, those of the other CPythons pyenv has here (each version's
+    own layout of libpython) and the distribution's (stripped: .dynsym only)."""
+    paths = interpreters_of(os.getpid())
     paths |= {*glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[1-9]*/lib/libpython3.*.so.1.0")),
-              *glob.glob(os.path.expanduser(
-                  "~/.pyenv/versions/3.1[1-9]*/lib/python3.*/lib-dynload/_asyncio.*.so"))}
-    names = (TASK_STEP, TASK_INIT, CONTEXT_RUN, CONTEXT_DEALLOC, "PyObject_Free")
-    for path in sorted(paths):
-        expected = _expected(path, names, ".symtab")
-        assert expected, f"no functions found by readelf in {path}"
-        assert file_offsets(path, names) == expected, path
+              *glob.glob("/usr/bin/python3.1[1-9]")}
+    names = (CONTEXT_COPY, "PyObject_Free", "PyContext_Copy")
+    for path in sorted(os.path.realpath(p) for p in paths):
+        expected = _expected(path, names, ".dynsym")
+        if not expected:
+            continue  # an executable linked to libpython exports none of them
+        assert file_offsets(path, names, (".dynsym",)) == expected, path
+        symtab = _expected(path, names, ".symtab")
+        if symtab:
+            assert file_offsets(path, names) == symtab, path

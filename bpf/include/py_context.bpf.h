@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* The contextvars.Context a Python thread runs in, read from its PyThreadState when it
+ * moves bytes on a socket: an asyncio task's step runs inside the task's own Context, a
+ * thread-pool worker inside the Context its caller copied, so the Context names the work a
+ * socket call is made for without a probe per task step or per Context.run (docs/decisions.md).
+ * A process registers itself at its first PyContext_CopyCurrent (socket_trace.bpf.c): the
+ * probe's address in the process and its file's record (by the probe's cookie, written by
+ * otel_ebpf/kernel/asyncio_probes.py) give where `_PyRuntime` is. Included by capture.bpf.h
+ * after its maps (CAPTURE_MAP, count). */
+#ifndef OTEL_EBPF_PY_CONTEXT_BPF_H
+#define OTEL_EBPF_PY_CONTEXT_BPF_H
+
+#define PY_CTX_FILES 64       /* interpreter files probed (records by uprobe cookie) */
+#define PY_CTX_MAX_THREADS 64 /* thread states searched for a thread */
+
+/* One interpreter: where its thread states are and where a thread state keeps its Context.
+ * Per file (py_ctx_files), `runtime` holds _PyRuntime's address minus
+ * PyContext_CopyCurrent's; per process (py_ctx_procs), _PyRuntime's address. */
+struct py_ctx_proc {
+	__u64 runtime;
+	__u32 interp_head;       /* _PyRuntimeState.interpreters.head */
+	__u32 threads_head;      /* PyInterpreterState.threads.head */
+	__u32 tstate_next;       /* PyThreadState.next */
+	__u32 tstate_native_tid; /* PyThreadState.native_thread_id */
+	__u32 tstate_context;    /* PyThreadState.context */
+	__u32 _pad;
+};
+
+CAPTURE_MAP struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PY_CTX_FILES);
+	__type(key, __u32);
+	__type(value, struct py_ctx_proc);
+} py_ctx_files SEC(".maps");
+
+CAPTURE_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32); /* tgid */
+	__type(value, struct py_ctx_proc);
+} py_ctx_procs SEC(".maps");
+
+/* A thread's PyThreadState, found once by a search of the thread list, checked at each use
+ * (its native thread id still says this thread: a thread state freed and reused says
+ * another). Cleared at the thread's exit (sched_process_exit). */
+CAPTURE_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32); /* tid */
+	__type(value, __u64);
+} py_tstates SEC(".maps");
+
+struct py_ctx_search {
+	__u64 ts;
+	__u32 next_off;
+	__u32 tid_off;
+	__u32 tid;
+	bool found;
+};
+
+static __always_inline __u64 py_ctx_read_ptr(__u64 addr)
+{
+	__u64 v = 0;
+	if (bpf_probe_read_user(&v, sizeof(v), (void *)addr))
+		return 0;
+	return v;
+}
+
+static long py_ctx_thread_step(__u64 i, struct py_ctx_search *s)
+{
+	if (!s->ts)
+		return 1;
+	if ((__u32)py_ctx_read_ptr(s->ts + s->tid_off) == s->tid) {
+		s->found = true;
+		return 1;
+	}
+	s->ts = py_ctx_read_ptr(s->ts + s->next_off);
+	return 0;
+}
+
+/* The thread state of thread `tid` in the main interpreter, or 0. */
+static __always_inline __u64 py_ctx_find_tstate(struct py_ctx_proc *p, __u32 tid)
+{
+	__u64 interp = py_ctx_read_ptr(p->runtime + p->interp_head);
+	struct py_ctx_search s = {.next_off = p->tstate_next, .tid_off = p->tstate_native_tid,
+				  .tid = tid};
+	s.ts = interp ? py_ctx_read_ptr(interp + p->threads_head) : 0;
+	if (!s.ts)
+		return 0;
+	bpf_loop(PY_CTX_MAX_THREADS, py_ctx_thread_step, &s, 0);
+	return s.found ? s.ts : 0;
+}
+
+/* The current thread's thread state, from the cache or a search (then cached). */
+static __always_inline __u64 py_ctx_tstate(struct py_ctx_proc *p, __u32 tid)
+{
+	__u64 *cached = bpf_map_lookup_elem(&py_tstates, &tid);
+	if (cached && (__u32)py_ctx_read_ptr(*cached + p->tstate_native_tid) == tid)
+		return *cached;
+	__u64 ts = py_ctx_find_tstate(p, tid);
+	if (ts)
+		bpf_map_update_elem(&py_tstates, &tid, &ts, BPF_ANY);
+	return ts;
+}
+
+/* The Context the calling thread runs in (its address), or 0: not a registered Python
+ * process, no thread state, or no Context entered or created yet. */
+static __always_inline __u64 py_current_context(void)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	struct py_ctx_proc *p = bpf_map_lookup_elem(&py_ctx_procs, &tgid);
+	if (!p)
+		return 0;
+	__u64 ts = py_ctx_tstate(p, (__u32)id);
+	return ts ? py_ctx_read_ptr(ts + p->tstate_context) : 0;
+}
+
+#endif
