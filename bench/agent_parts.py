@@ -89,7 +89,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--exchanges", type=int, default=3000)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--gc-defaults", action="store_true",
+                    help="leave the cyclic collector as Python sets it (the agent tunes it)")
     args = ap.parse_args()
+    if not args.gc_defaults:  # what the running agent does once started (agent._tune_gc)
+        from otel_ebpf.agent import _tune_gc  # noqa: PLC0415
+        _tune_gc()
     evs = events(args.exchanges)
     rounds = [one_round(evs, args.exchanges) for _ in range(args.rounds)]
     print("| part of parse and correlate | µs per exchange |\n|---|---:|")
