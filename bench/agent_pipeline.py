@@ -170,7 +170,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--gc-defaults", action="store_true",
+                    help="leave the cyclic collector as Python sets it (the agent tunes it)")
     args = ap.parse_args()
+    if not args.gc_defaults:  # what the running agent does once started (agent._tune_gc)
+        from otel_ebpf.agent import _tune_gc  # noqa: PLC0415
+        _tune_gc()
     profile = cProfile.Profile() if args.profile else None
     if _fast.http1 is None or _fast.ring is None or _fast.otlp is None:
         sys.exit("otel_ebpf._fast is not built (make install) or OTEL_EBPF_PURE_PYTHON is set")

@@ -37,6 +37,7 @@ with atheris.instrument_imports(include=["otel_ebpf"]):
 
 # the same seed pieces the CI property tests use, so the fuzzer starts deep in each protocol
 from otel_ebpf.protocols.http1.fuzz import EXCHANGES, FRAGMENTS  # noqa: E402
+from otel_ebpf.protocols.http1.spans import to_spans  # noqa: E402
 from otel_ebpf.protocols.testing import (  # noqa: E402
     GAPS,
     MAX_STEPS,
@@ -138,6 +139,11 @@ def _http1_differential(pieces: list[bytes]) -> Callable[[bytes], None]:
         assert fast.records == slow.records, (fast.records, slow.records)
         spans = fast.spans()
         assert spans == slow.spans()
+        for record in fast.records:  # the compiled span step against its Python reference
+            made, reference = parser.to_spans(record, fast.conn), to_spans(record, fast.conn)
+            assert made == reference, (made, reference)
+            assert [list(s.attributes.items()) for s in made] == \
+                [list(s.attributes.items()) for s in reference]
         assert fast.stats.totals() == slow.stats.totals()
         totals.add(fast, len(spans))
 

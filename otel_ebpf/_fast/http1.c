@@ -547,6 +547,342 @@ done:
 	return result;
 }
 
+/* ---- span(): spans.py to_spans, the common case ---------------------------------------- */
+
+/* set by span_setup(): the classes read by slot, what to_spans calls (the span maker, the
+ * cached query redaction and Host split, _authority, _connection_attributes), its method
+ * set and enum members */
+static PyTypeObject *record_type, *request_type, *response_type, *conninfo_type;
+static PyObject *make_span, *redact_query, *host_port, *authority_of, *conn_attributes;
+static PyObject *known_methods, *role_server, *kind_server, *kind_client, *status_error,
+	*status_unset, *protocol_name;
+static PyObject *last_conn, *last_conn_attrs; /* _connection_attributes' answer, kept */
+static PyObject *s_http, *s_https, *s_sep, *s_qmark;
+enum { A_METHOD, A_SCHEME, A_PATH, A_QUERY, A_SERVER_ADDRESS, A_SERVER_PORT, A_CLIENT_ADDRESS,
+       A_CLIENT_PORT, A_FULL, A_VERSION, A_UA, A_REQ_BODY, A_STATUS, A_RESP_BODY, A_INCOMPLETE,
+       A_UPGRADE, A_ERROR, A_N };
+static const char *const ATTR_NAMES[A_N] = {
+	"http.request.method", "url.scheme", "url.path", "url.query", "server.address",
+	"server.port", "client.address", "client.port", "url.full", "network.protocol.version",
+	"user_agent.original", "http.request.body.size", "http.response.status_code",
+	"http.response.body.size", "otel_ebpf.http.response.incomplete",
+	"http.connection.upgrade", "error.type"};
+static PyObject *attr_names[A_N];
+
+enum { R_REQUEST, R_RESPONSE, R_ERROR, R_N };
+static struct slot record_slots[R_N] = {{"request"}, {"response"}, {"error"}};
+/* the message fields to_spans reads, for requests and responses alike */
+enum { M_START, M_END, M_SEQ, M_POS, M_LAYER, M_VERSION, M_HOST, M_UA, M_BODY_SIZE, M_UPGRADE,
+       M_CLOSE_HEAD, M_INCOMPLETE, M_N };
+#define MESSAGE_SLOTS {"start_ns"}, {"end_ns"}, {"tcp_seq"}, {"stream_pos"}, {"layer"}, \
+	{"version"}, {"host"}, {"user_agent"}, {"body_size"}, {"upgrade"}, {"close_head"}, \
+	{"incomplete"}
+enum { Q_METHOD = M_N, Q_TARGET, Q_N };
+static struct slot request_slots[Q_N] = {MESSAGE_SLOTS, {"method"}, {"target"}};
+enum { P_STATUS = M_N, P_UPGRADED, P_N };
+static struct slot response_slots[P_N] = {MESSAGE_SLOTS, {"status"}, {"upgraded"}};
+enum { C_ROLE, C_TLS, C_REMOTE_ADDR, C_REMOTE_PORT, C_LOCAL_PORT, C_N };
+static struct slot conn_slots[C_N] = {{"role"}, {"tls"}, {"remote_addr"}, {"remote_port"},
+				       {"local_port"}};
+
+static PyObject *span_setup(PyObject *self, PyObject *args)
+{
+	PyObject *v[16];
+	if (!PyArg_ParseTuple(args, "O!O!O!O!OOOOOO!OOOOOU", &PyType_Type, &v[0], &PyType_Type,
+			      &v[1], &PyType_Type, &v[2], &PyType_Type, &v[3], &v[4], &v[5], &v[6],
+			      &v[7], &v[8], &PyFrozenSet_Type, &v[9], &v[10], &v[11], &v[12],
+			      &v[13], &v[14], &v[15]))
+		return NULL;
+	if (slots_of(v[0], record_slots, R_N) || slots_of(v[1], request_slots, Q_N) ||
+	    slots_of(v[2], response_slots, P_N) || slots_of(v[3], conn_slots, C_N))
+		return NULL;
+	PyObject **keep[16] = {(PyObject **)&record_type, (PyObject **)&request_type,
+			       (PyObject **)&response_type, (PyObject **)&conninfo_type,
+			       &make_span, &redact_query, &host_port, &authority_of,
+			       &conn_attributes, &known_methods, &role_server, &kind_server,
+			       &kind_client, &status_error, &status_unset, &protocol_name};
+	for (int i = 0; i < 16; i++) {
+		Py_INCREF(v[i]);
+		Py_XSETREF(*keep[i], v[i]);
+	}
+	Py_CLEAR(last_conn);
+	Py_CLEAR(last_conn_attrs);
+	Py_RETURN_NONE;
+}
+
+/* attrs[name] = value, stealing value; -1 when value is NULL or the set fails */
+static inline int put(PyObject *attrs, int name, PyObject *value)
+{
+	if (!value)
+		return -1;
+	int rc = PyDict_SetItem(attrs, attr_names[name], value);
+	Py_DECREF(value);
+	return rc;
+}
+
+static inline int put_borrowed(PyObject *attrs, int name, PyObject *value)
+{
+	return PyDict_SetItem(attrs, attr_names[name], value);
+}
+
+/* _host_port(authority)[0], a new reference */
+static PyObject *host_of(PyObject *authority)
+{
+	PyObject *hp = PyObject_CallOneArg(host_port, authority);
+	if (!hp)
+		return NULL;
+	if (!PyTuple_Check(hp) || PyTuple_GET_SIZE(hp) != 2) {
+		Py_DECREF(hp);
+		PyErr_SetString(PyExc_TypeError, "span: _host_port must give (host, port)");
+		return NULL;
+	}
+	PyObject *host = PyTuple_GET_ITEM(hp, 0);
+	Py_INCREF(host);
+	Py_DECREF(hp);
+	return host;
+}
+
+/* the attribute dict of to_spans (its common case), or NULL with an error set */
+static PyObject *span_attributes(PyObject *record, PyObject *req, PyObject *resp,
+				 PyObject *conn, PyObject *method, PyObject *target, int server,
+				 PyObject **error_type)
+{
+	PyObject *attrs = NULL, *path = NULL, *query = NULL, *host = NULL, *full = NULL;
+	PyObject *cattrs;
+	if (conn == last_conn) {
+		cattrs = last_conn_attrs;
+	} else {
+		cattrs = PyObject_CallOneArg(conn_attributes, conn);
+		if (!cattrs)
+			return NULL;
+		if (!PyDict_Check(cattrs)) {
+			Py_DECREF(cattrs);
+			PyErr_SetString(PyExc_TypeError, "span: connection attributes must be a dict");
+			return NULL;
+		}
+		Py_INCREF(conn);
+		Py_XSETREF(last_conn, conn);
+		Py_XSETREF(last_conn_attrs, cattrs);
+	}
+	if (!(attrs = PyDict_New()) || put_borrowed(attrs, A_METHOD, method) ||
+	    PyDict_Update(attrs, cattrs))
+		goto fail;
+	int tls = PyObject_IsTrue(slot_get(conn, &conn_slots[C_TLS]));
+	if (tls < 0)
+		goto fail;
+	PyObject *scheme = tls ? s_https : s_http;
+	Py_ssize_t n = PyUnicode_GET_LENGTH(target);
+	Py_ssize_t q = PyUnicode_FindChar(target, '?', 0, n, 1);
+	if (q == -2)
+		goto fail;
+	if (!(path = PyUnicode_Substring(target, 0, q < 0 ? n : q)))
+		goto fail;
+	if (put_borrowed(attrs, A_SCHEME, scheme))
+		goto fail;
+	if (PyUnicode_GET_LENGTH(path) && put_borrowed(attrs, A_PATH, path))
+		goto fail;
+	if (q >= 0) {
+		PyObject *raw = PyUnicode_Substring(target, q + 1, n);
+		if (!raw)
+			goto fail;
+		query = PyObject_CallOneArg(redact_query, raw);
+		Py_DECREF(raw);
+		if (!query || put_borrowed(attrs, A_QUERY, query))
+			goto fail;
+	}
+	PyObject *req_host = slot_get(req, &request_slots[M_HOST]);
+	if (!(host = host_of(req_host)))
+		goto fail;
+	int has_host = PyObject_IsTrue(host);
+	if (has_host < 0)
+		goto fail;
+	PyObject *remote_addr = slot_get(conn, &conn_slots[C_REMOTE_ADDR]);
+	PyObject *remote_port = slot_get(conn, &conn_slots[C_REMOTE_PORT]);
+	int has_remote_port = PyObject_IsTrue(remote_port);
+	if (has_remote_port < 0)
+		goto fail;
+	if (server) {
+		PyObject *local_port = slot_get(conn, &conn_slots[C_LOCAL_PORT]);
+		int t;
+		if (has_host && put_borrowed(attrs, A_SERVER_ADDRESS, host))
+			goto fail;
+		if ((t = PyObject_IsTrue(local_port)) < 0 ||
+		    (t && put_borrowed(attrs, A_SERVER_PORT, local_port)))
+			goto fail;
+		if ((t = PyObject_IsTrue(remote_addr)) < 0 ||
+		    (t && put_borrowed(attrs, A_CLIENT_ADDRESS, remote_addr)))
+			goto fail;
+		if (has_remote_port && put_borrowed(attrs, A_CLIENT_PORT, remote_port))
+			goto fail;
+	} else {
+		if (put_borrowed(attrs, A_SERVER_ADDRESS, has_host ? host : remote_addr))
+			goto fail;
+		if (has_remote_port && put_borrowed(attrs, A_SERVER_PORT, remote_port))
+			goto fail;
+		/* f"{scheme}://{authority}{path}{mark}{redacted query}" */
+		int t = PyObject_IsTrue(req_host);
+		if (t < 0)
+			goto fail;
+		PyObject *authority = t ? (Py_INCREF(req_host), req_host)
+					: PyObject_CallOneArg(authority_of, conn);
+		if (!authority)
+			goto fail;
+		full = PyUnicode_FromFormat("%U%U%U%U%U%U", scheme, s_sep, authority, path,
+					    q >= 0 ? s_qmark : empty, q >= 0 ? query : empty);
+		Py_DECREF(authority);
+		if (!full || (PyUnicode_GET_LENGTH(full) && put_borrowed(attrs, A_FULL, full)))
+			goto fail;
+	}
+	/* _message */
+	PyObject *v = slot_get(req, &request_slots[M_UA]);
+	int t;
+	if (put_borrowed(attrs, A_VERSION, slot_get(req, &request_slots[M_VERSION])))
+		goto fail;
+	if ((t = PyObject_IsTrue(v)) < 0 || (t && put_borrowed(attrs, A_UA, v)))
+		goto fail;
+	v = slot_get(req, &request_slots[M_BODY_SIZE]);
+	if (v != Py_None && put_borrowed(attrs, A_REQ_BODY, v))
+		goto fail;
+	*error_type = NULL;
+	if (resp) {
+		PyObject *status = slot_get(resp, &response_slots[P_STATUS]);
+		if (put_borrowed(attrs, A_STATUS, status))
+			goto fail;
+		v = slot_get(resp, &response_slots[M_BODY_SIZE]); /* body_bytes: close_head < 0 */
+		if (v != Py_None && put_borrowed(attrs, A_RESP_BODY, v))
+			goto fail;
+		if ((t = PyObject_IsTrue(slot_get(resp, &response_slots[M_INCOMPLETE]))) < 0 ||
+		    (t && put_borrowed(attrs, A_INCOMPLETE, Py_True)))
+			goto fail;
+		if ((t = PyObject_IsTrue(slot_get(resp, &response_slots[P_UPGRADED]))) < 0)
+			goto fail;
+		if (t) {
+			PyObject *protocol = slot_get(resp, &response_slots[M_UPGRADE]);
+			int u = PyObject_IsTrue(protocol);
+			if (u < 0)
+				goto fail;
+			if (!u) {
+				protocol = slot_get(req, &request_slots[M_UPGRADE]);
+				if ((u = PyObject_IsTrue(protocol)) < 0)
+					goto fail;
+			}
+			if (u && put_borrowed(attrs, A_UPGRADE, protocol))
+				goto fail;
+		}
+		/* _status: 5xx fails both sides, 4xx only the client */
+		long code = PyLong_AsLong(status);
+		if (code == -1 && PyErr_Occurred())
+			goto fail;
+		if (code >= 500 || (code >= 400 && !server)) {
+			if (!(*error_type = PyObject_Str(status)))
+				goto fail;
+		}
+	} else {
+		PyObject *error = slot_get(record, &record_slots[R_ERROR]);
+		if ((t = PyObject_IsTrue(error)) < 0)
+			goto fail;
+		if (t) {
+			Py_INCREF(error);
+			*error_type = error;
+		}
+	}
+	if (*error_type && put_borrowed(attrs, A_ERROR, *error_type)) {
+		Py_CLEAR(*error_type);
+		goto fail;
+	}
+	Py_DECREF(path);
+	Py_XDECREF(query);
+	Py_DECREF(host);
+	Py_XDECREF(full);
+	return attrs;
+fail:
+	Py_XDECREF(attrs);
+	Py_XDECREF(path);
+	Py_XDECREF(query);
+	Py_XDECREF(host);
+	Py_XDECREF(full);
+	return NULL;
+}
+
+/* every slot of `o` in `slots` is set (NULL: an unset slot, a case for Python) */
+static int all_set(PyObject *o, const struct slot *slots, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!slot_get(o, &slots[i]))
+			return 0;
+	return 1;
+}
+
+static PyObject *span(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+	if (nargs != 2) {
+		PyErr_SetString(PyExc_TypeError, "span(record, conn)");
+		return NULL;
+	}
+	if (!make_span) {
+		PyErr_SetString(PyExc_RuntimeError, "span: span_setup() was not called");
+		return NULL;
+	}
+	PyObject *record = args[0], *conn = args[1];
+	/* the common case only; anything else is None, and spans.py's to_spans runs */
+	if (!Py_IS_TYPE(record, record_type) || !Py_IS_TYPE(conn, conninfo_type) ||
+	    !all_set(record, record_slots, R_N) || !all_set(conn, conn_slots, C_N))
+		Py_RETURN_NONE;
+	PyObject *req = slot_get(record, &record_slots[R_REQUEST]);
+	PyObject *resp = slot_get(record, &record_slots[R_RESPONSE]);
+	if (!Py_IS_TYPE(req, request_type) || !all_set(req, request_slots, Q_N))
+		Py_RETURN_NONE;
+	if (resp == Py_None)
+		resp = NULL;
+	else if (!Py_IS_TYPE(resp, response_type) || !all_set(resp, response_slots, P_N) ||
+		 !PyLong_CheckExact(slot_get(resp, &response_slots[M_CLOSE_HEAD])) ||
+		 PyLong_AsLong(slot_get(resp, &response_slots[M_CLOSE_HEAD])) >= 0 ||
+		 !PyLong_CheckExact(slot_get(resp, &response_slots[P_STATUS])))
+		Py_RETURN_NONE; /* a body the close delimits: body_bytes is a property's */
+	PyObject *method = slot_get(req, &request_slots[Q_METHOD]);
+	PyObject *target = slot_get(req, &request_slots[Q_TARGET]);
+	if (slot_get(req, &request_slots[M_LAYER]) != Py_None || !PyUnicode_CheckExact(method) ||
+	    !PyUnicode_CheckExact(target) || !PyUnicode_GET_LENGTH(target) ||
+	    PyUnicode_READ_CHAR(target, 0) != '/' ||
+	    !PyUnicode_CheckExact(slot_get(req, &request_slots[M_HOST])))
+		Py_RETURN_NONE; /* a layer's exchange, an absolute or authority target */
+	int known = PySet_Contains(known_methods, method);
+	if (known <= 0) {
+		if (known < 0)
+			return NULL;
+		Py_RETURN_NONE; /* _OTHER */
+	}
+	int server = PyObject_RichCompareBool(slot_get(conn, &conn_slots[C_ROLE]), role_server,
+					      Py_EQ);
+	if (server < 0)
+		return NULL;
+	PyObject *error_type = NULL;
+	PyObject *attrs = span_attributes(record, req, resp, conn, method, target, server,
+					  &error_type);
+	if (!attrs)
+		return NULL;
+	Py_XDECREF(error_type);
+	PyObject *status = error_type ? status_error : status_unset;
+	PyObject *last = resp ? resp : req;
+	PyObject *margs[11] = {
+		method, server ? kind_server : kind_client, slot_get(req, &request_slots[M_START]),
+		slot_get(last, resp ? &response_slots[M_END] : &request_slots[M_END]), conn, attrs,
+		status, protocol_name, slot_get(req, &request_slots[M_SEQ]),
+		slot_get(req, &request_slots[M_POS]),
+		resp ? slot_get(resp, &response_slots[M_SEQ]) : Py_None};
+	PyObject *made = PyObject_Vectorcall(make_span, margs, 11, NULL);
+	Py_DECREF(attrs);
+	if (!made)
+		return NULL;
+	PyObject *list = PyList_New(1);
+	if (!list) {
+		Py_DECREF(made);
+		return NULL;
+	}
+	PyList_SET_ITEM(list, 0, made);
+	return list;
+}
+
 static PyMethodDef http1_methods[] = {
 	{"head", head, METH_VARARGS,
 	 "head(buf, request, kept) -> fields of a whole, plain HTTP/1 head at buf's start, or "
@@ -555,6 +891,14 @@ static PyMethodDef http1_methods[] = {
 	 "whole(direction, data, state, pos, start_ns, end_ns, seq, tid, task) -> the finished "
 	 "frame of a syscall that is one plain message, or None with nothing changed "
 	 "(protocols/http1/parse.py whole is the reference)"},
+	{"span", (PyCFunction)(void (*)(void))span, METH_FASTCALL,
+	 "span(record, conn) -> [the span] of an HTTPRecord in to_spans' common case (a known "
+	 "method, an origin-form target, no layer, no close-delimited body), or None: "
+	 "protocols/http1/spans.py to_spans is the reference"},
+	{"span_setup", span_setup, METH_VARARGS,
+	 "span_setup(HTTPRecord, HTTPRequest, HTTPResponse, ConnInfo, make_span, redact_query, "
+	 "host_port, authority, connection_attributes, KNOWN_METHODS, Role.SERVER, "
+	 "SpanKind.SERVER, SpanKind.CLIENT, StatusCode.ERROR, StatusCode.UNSET, protocol)"},
 	{"setup", setup, METH_VARARGS,
 	 "setup(make_request, make_response, Sent, unknown_request, first_wanting, sent_limit, "
 	 "HTTP1State, _Stream): what whole() builds with, and the classes it reads by slot"},
@@ -578,6 +922,14 @@ PyMODINIT_FUNC PyInit_http1(void)
 		return NULL;
 	if (!(connect = PyUnicode_InternFromString("CONNECT")) ||
 	    !(head_method = PyUnicode_InternFromString("HEAD")))
+		return NULL;
+	for (int i = 0; i < A_N; i++)
+		if (!(attr_names[i] = PyUnicode_InternFromString(ATTR_NAMES[i])))
+			return NULL;
+	if (!(s_http = PyUnicode_InternFromString("http")) ||
+	    !(s_https = PyUnicode_InternFromString("https")) ||
+	    !(s_sep = PyUnicode_InternFromString("://")) ||
+	    !(s_qmark = PyUnicode_InternFromString("?")))
 		return NULL;
 	if (!(mask32 = PyLong_FromUnsignedLong(0xFFFFFFFFUL)) || !(one = PyLong_FromLong(1)) ||
 	    !(zero = PyLong_FromLong(0)))

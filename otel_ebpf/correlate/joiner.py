@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from random import getrandbits as _getrandbits
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 
@@ -198,10 +199,15 @@ class Correlator:
         else:
             key = (conn.local_addr, conn.local_port, conn.remote_addr, conn.remote_port, seq)
         carrier = frame.carrier
-        req = _new_request(random_id(8), conn_key, frame.stream_pos, conn.pid, frame.tid,
-                           frame.task, frame.exchange, role, frame.start_ns, frame.end_ns,
-                           now_ns, key, carrier)
-        self._remember((conn_key, frame.stream_pos), req)
+        pos = frame.stream_pos
+        bits = _getrandbits(64)  # random_id(8) inline: a zero draw (invalid) is redrawn there
+        req = _new_request(bits.to_bytes(8, "big") if bits else random_id(8), conn_key, pos,
+                           conn.pid, frame.tid, frame.task, frame.exchange, role,
+                           frame.start_ns, frame.end_ns, now_ns, key, carrier)
+        requests = self.requests
+        requests[(conn_key, pos)] = req  # _remember inline
+        if len(requests) > self.max_requests:
+            self._evict()
         if carrier:
             traceparent = carrier.get("traceparent")
             context = None if traceparent is None else parse_traceparent(traceparent)
@@ -214,8 +220,7 @@ class Correlator:
         if carrier:
             self._link_by_id(req)
 
-    def _remember(self, key: tuple[tuple[int, int, int], int], req: Request) -> None:
-        self.requests[key] = req
+    def _evict(self) -> None:
         while len(self.requests) > self.max_requests:
             _, old = self.requests.popitem(last=False)
             self._close_server(old)

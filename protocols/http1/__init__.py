@@ -22,6 +22,7 @@ from ..layers import HTTPLayer, layer_headers
 from ..options import Duration, Flag, Schema
 from . import parse as _parse
 from .parse import CONTEXT_HEADERS, HTTP1State, HTTPMessage, HTTPRequest, HTTPResponse
+from . import spans as _spans
 from .spans import to_spans
 from .stitch import HTTPRecord, pair
 
@@ -87,6 +88,15 @@ class HTTP1Parser(ProtocolParser):
         return pair(requests, responses, closed, now_ns, state, self.response_timeout_ns)
 
     def to_spans(self, record: HTTPRecord, conn: ConnInfo) -> list[NeutralSpan]:
+        # the common case in C when compiled (_fast/http1.c span; spans.to_spans is its
+        # reference): None from it, and the Python runs
+        fast = _fast.http1
+        if fast is not None and not self.capture_headers:
+            if _spans.compiled_for is not fast:
+                _spans.compiled_setup(fast)
+            spans = fast.span(record, conn)
+            if spans is not None:
+                return spans
         return to_spans(record, conn, self.capture_headers)
 
     def counters(self, state: HTTP1State) -> dict[str, int]:

@@ -91,6 +91,19 @@ def to_spans(record: HTTPRecord, conn: ConnInfo, capture_headers: bool = False) 
 _new_span = positional_maker(NeutralSpan, (
     "name", "kind", "start_ns", "end_ns", "conn", "attributes", "status", "protocol",
     "request_seq", "request_pos", "response_seq"))
+compiled_for = None  # the extension module span_setup() was last called on
+
+
+def compiled_setup(fast) -> None:  # noqa: ANN001 (the extension module)
+    """Give `fast.span` (otel_ebpf/_fast/http1.c) what to_spans builds with: the same span
+    maker, caches, method set and enum members, so its spans are this module's. It takes
+    to_spans' common case (known method, origin-form target, no layer, no body delimited
+    by the close, no captured headers) and answers None for the rest."""
+    global compiled_for
+    fast.span_setup(HTTPRecord, HTTPRequest, HTTPResponse, ConnInfo, _new_span, redact_query,
+                    _host_port, _authority, _connection_attributes, KNOWN_METHODS,
+                    _SERVER_ROLE, _SERVER_KIND, _CLIENT_KIND, _ERROR, _UNSET, PROTOCOL)
+    compiled_for = fast
 _last_connection: tuple[ConnInfo | None, Attributes] = (None, {})
 
 
