@@ -61,10 +61,8 @@ def test_default_values():
     assert (r.capture_max_bytes, r.ring_buffer_size_mib, r.wakeup_fill_percent) == (4096, 16, 50)
     assert r.poll_interval_s == 0.1 and r.idle_timeout_s == 300.0
     assert r.max_connections == 65536
-    assert r.protocols_enabled == ("http1", "http2", "rtps", "postgres", "llm", "vectordb", "mcp")
-    assert r.protocols_enabled == ("http1", "http2", "rtps", "redis", "llm", "vectordb", "mcp")
-    assert r.protocols_enabled == ("http1", "http2", "rtps", "mcp_stdio", "llm", "vectordb",
-                                   "mcp")
+    assert r.protocols_enabled == ("http1", "http2", "rtps", "postgres", "redis", "mcp_stdio",
+                                   "llm", "vectordb", "mcp")
     assert (r.pipe_pids, r.pipe_process_names) == ((), ())  # no pipe is captured
     assert r.protocol_options["mcp_stdio"] == {
         "capture_content": False, "max_content_bytes": 4096, "max_message_bytes": 1 << 20,
@@ -654,9 +652,7 @@ def test_env_option_of_a_protocol_named_only_in_the_file_or_env(caplog):
     e = error("receivers: {ebpf: {protocols: {enabled: [http1, grpc]}}}",
               {PROTO + "GRPC_WINDOW": "8"})
     assert e.path == "receivers.ebpf.protocols.enabled[1]"
-    assert e.expected == "an installed protocol: http1, http2, llm, mcp, postgres, rtps, vectordb"
-    assert e.expected == "an installed protocol: http1, http2, llm, mcp, redis, rtps, vectordb"
-    assert e.expected == "an installed protocol: http1, http2, llm, mcp, mcp_stdio, rtps, vectordb"
+    assert e.expected == "an installed protocol: http1, http2, llm, mcp, mcp_stdio, postgres, redis, rtps, vectordb"
     with caplog.at_level(logging.WARNING, logger="otel_ebpf.config"):
         parse("", {PROTO + "GRPC_WINDOW": "8"})
     warned = " ".join(r.getMessage() for r in caplog.records)
@@ -682,16 +678,12 @@ def test_bad_env_option_names_the_variable(env, var, expected, got):
 @pytest.mark.parametrize(("text", "path", "expected", "got"), [
     ("receivers: {ebpf: {protocols: {enabled: [http1, htpp2]}}}",
      "receivers.ebpf.protocols.enabled[1]",
-     "an installed protocol: http1, http2, llm, mcp, postgres, rtps, vectordb", "'htpp2' (did you mean http2?)"),
-     "an installed protocol: http1, http2, llm, mcp, redis, rtps, vectordb", "'htpp2' (did you mean http2?)"),
-     "an installed protocol: http1, http2, llm, mcp, mcp_stdio, rtps, vectordb", "'htpp2' (did you mean http2?)"),
+     "an installed protocol: http1, http2, llm, mcp, mcp_stdio, postgres, redis, rtps, vectordb", "'htpp2' (did you mean http2?)"),
     ("receivers: {ebpf: {protocols: {enabled: [http1, http1]}}}",
      "receivers.ebpf.protocols.enabled[1]", "each protocol at most once", "'http1' again"),
     ("receivers: {ebpf: {protocols: {htp1: {capture_headers: true}}}}",
      "receivers.ebpf.protocols.htp1",
-     "enabled or an installed protocol: http1, http2, llm, mcp, postgres, rtps, vectordb",
-     "enabled or an installed protocol: http1, http2, llm, mcp, redis, rtps, vectordb",
-     "enabled or an installed protocol: http1, http2, llm, mcp, mcp_stdio, rtps, vectordb",
+     "enabled or an installed protocol: http1, http2, llm, mcp, mcp_stdio, postgres, redis, rtps, vectordb",
      "unknown key 'htp1' (did you mean http1?)"),
     ("receivers: {ebpf: {protocols: {http2: {response_timeout: 5m0x}}}}",
      "receivers.ebpf.protocols.http2.response_timeout",
