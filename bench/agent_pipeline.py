@@ -34,7 +34,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans 
 from otel_ebpf.protocols.base import Direction, Role  # noqa: E402
 from otel_ebpf.protocols.registry import Registry  # noqa: E402
 
-from bench.side_by_side import publish  # noqa: E402
+from bench.side_by_side import publish, spread  # noqa: E402
 from otel_ebpf import _fast  # noqa: E402
 from otel_ebpf.conntrack.table import ConnTable  # noqa: E402
 from otel_ebpf.correlate import Correlator, assign_ids  # noqa: E402
@@ -53,6 +53,11 @@ RESPONSE = (b"HTTP/1.1 200 OK\r\ndate: Wed, 02 Dec 2026 10:00:00 GMT\r\nserver: 
             b'{"id":"42","ok":true}')[:-1]
 BATCH = 64  # events per ring-buffer drain, about what the agent sees under load
 
+
+# the stages the agent pays per exchange exporting to both the otlp and the file exporter
+AGENT_PATH = ("ring records to events", "parse and correlate",
+              "ready for export (resource, wall clock)", "OTLP protobuf, direct (otlp exporter)",
+              "OTLP/JSON, direct (file exporter)")
 
 def events(exchanges: int, request: bytes = REQUEST, response: bytes = RESPONSE) -> list:
     """Both ends of `exchanges` keep-alive requests: a client and a server connection."""
@@ -191,22 +196,15 @@ def main() -> None:
              "| stage | pure Python µs per exchange (2 spans) | compiled path µs | ratio |",
              "|---|---:|---:|---:|"]
 
-    def cell(values: list[float]) -> str:
-        return f"{statistics.median(values):.1f} [{min(values):.1f}–{max(values):.1f}]"
-
     for stage in rounds[True][0]:
         slow = [r[stage] for r in rounds[False]]
         fast = [r[stage] for r in rounds[True]]
-        lines.append(f"| {stage} | {cell(slow)} | {cell(fast)} | "
+        lines.append(f"| {stage} | {spread(slow)} | {spread(fast)} | "
                      f"{statistics.median(fast) / statistics.median(slow):.2f} |")
-    # what the agent pays per exchange exporting to both the otlp and the file exporter
-    path = ("ring records to events", "parse and correlate",
-            "ready for export (resource, wall clock)", "OTLP protobuf, direct (otlp exporter)",
-            "OTLP/JSON, direct (file exporter)")
-    slow = [sum(r[k] for k in path) for r in rounds[False]]
-    fast = [sum(r[k] for k in path) for r in rounds[True]]
+    slow = [sum(r[k] for k in AGENT_PATH) for r in rounds[False]]
+    fast = [sum(r[k] for k in AGENT_PATH) for r in rounds[True]]
     lines.append(f"| **the agent's path, both exporters** (records to OTLP protobuf and "
-                 f"OTLP/JSON) | {cell(slow)} | {cell(fast)} | "
+                 f"OTLP/JSON) | {spread(slow)} | {spread(fast)} | "
                  f"{statistics.median(fast) / statistics.median(slow):.2f} |")
     publish(lines, args.out)
     if profile:

@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.side_by_side import publish  # noqa: E402
+from bench.side_by_side import publish, spread  # noqa: E402
 
 ROW = re.compile(r"^\| (?P<stage>[^|]+?) \| (?P<pure>[\d.]+) \[[^]]*\] \| (?P<fast>[\d.]+) \[")
 
@@ -55,9 +55,6 @@ def main() -> None:
         for side in (("before", "after") if i % 2 == 0 else ("after", "before")):
             runs[side].append(one_run(roots[side], args.exchanges))
 
-    def cell(values: list[float]) -> str:
-        return f"{statistics.median(values):.1f} [{min(values):.1f}–{max(values):.1f}]"
-
     lines = [f"### Agent CPU per HTTP/1 exchange, before and after, by stage "
              f"({time.strftime('%Y-%m-%d')}, {args.exchanges} exchanges seen at both ends, "
              f"median [min–max] of {args.rounds} interleaved rounds, µs per exchange)", "",
@@ -68,7 +65,7 @@ def main() -> None:
         for k, path in ((1, "compiled"), (0, "pure Python")):
             before = [r[stage][k] for r in runs["before"]]
             after = [r[stage][k] for r in runs["after"]]
-            lines.append(f"| {stage} | {path} | {cell(before)} | {cell(after)} | "
+            lines.append(f"| {stage} | {path} | {spread(before)} | {spread(after)} | "
                          f"{statistics.median(after) / statistics.median(before):.2f} |")
     publish(lines, args.out)
 

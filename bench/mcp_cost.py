@@ -21,8 +21,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.agent_pipeline import ENABLED, one_round  # noqa: E402
-from bench.side_by_side import publish  # noqa: E402
+from bench.agent_pipeline import AGENT_PATH, ENABLED, one_round  # noqa: E402
+from bench.side_by_side import publish, rotated, spread  # noqa: E402
 from otel_ebpf import _fast  # noqa: E402
 from tests.protocols.mcp import wire  # noqa: E402
 
@@ -43,9 +43,6 @@ WORKLOADS = (
     ("tools/call answered on an event stream, with a notification", (*ENABLED, "mcp"),
      SESSION_CALL, SSE_ANSWER, 4),
 )
-STAGES = ("ring records to events", "parse and correlate", "to ReadableSpan",
-          "OTLP protobuf, direct (otlp exporter now)",
-          "OTLP/JSON, direct, pairs reused (file exporter now)")
 
 
 def main() -> None:
@@ -58,14 +55,11 @@ def main() -> None:
         sys.exit("otel_ebpf._fast is not built (make install) or OTEL_EBPF_PURE_PYTHON is set")
     runs: dict[str, list[dict[str, float]]] = {w[0]: [] for w in WORKLOADS}
     for i in range(args.rounds):
-        order = WORKLOADS[i % len(WORKLOADS):] + WORKLOADS[:i % len(WORKLOADS)]
+        order = rotated(WORKLOADS, i)
         for name, enabled, request, response, per in order:
             runs[name].append(one_round(args.exchanges, None, True, enabled=enabled,
                                         request=request, response=response,
                                         spans_per_exchange=per))
-
-    def cell(values: list[float]) -> str:
-        return f"{statistics.median(values):.1f} [{min(values):.1f}–{max(values):.1f}]"
 
     lines = [f"### MCP layer cost per exchange seen at both ends ({time.strftime('%Y-%m-%d')}, "
              f"{args.exchanges} exchanges, median [min–max] of {args.rounds} interleaved rounds, "
@@ -74,14 +68,14 @@ def main() -> None:
              f"--rounds {args.rounds}`", "",
              "| workload | spans per exchange | parse and correlate µs | agent's path µs "
              "(records to OTLP protobuf and OTLP/JSON) |", "|---|---:|---:|---:|"]
-    base = statistics.median(sum(r[k] for k in STAGES) for r in runs[WORKLOADS[0][0]])
+    base = statistics.median(sum(r[k] for k in AGENT_PATH) for r in runs[WORKLOADS[0][0]])
     for name, _, _, _, per in WORKLOADS:
         parse = [r["parse and correlate"] for r in runs[name]]
-        path = [sum(r[k] for k in STAGES) for r in runs[name]]
-        lines.append(f"| {name} | {per} | {cell(parse)} | {cell(path)} |")
+        path = [sum(r[k] for k in AGENT_PATH) for r in runs[name]]
+        lines.append(f"| {name} | {per} | {spread(parse)} | {spread(path)} |")
     lines.append("")
     for name, *_ in WORKLOADS[1:]:
-        path = statistics.median(sum(r[k] for k in STAGES) for r in runs[name])
+        path = statistics.median(sum(r[k] for k in AGENT_PATH) for r in runs[name])
         lines.append(f"- {name}: +{path - base:.1f} µs per exchange over the layer off.")
     publish(lines, args.out)
 

@@ -21,6 +21,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from otel_ebpf.protocols.base import Direction  # noqa: E402
+from otel_ebpf.protocols.registry import Registry  # noqa: E402
+
 from bench.agent_pipeline import BATCH, ENABLED, one_round  # noqa: E402
 from bench.mcp_cost import CALL, JSON_CALL, RESULT  # noqa: E402
 from bench.side_by_side import publish  # noqa: E402
@@ -30,8 +33,6 @@ from otel_ebpf.correlate import Correlator, assign_ids  # noqa: E402
 from otel_ebpf.export.otlp_json import spans_to_otlp_json  # noqa: E402
 from otel_ebpf.export.otlp_proto import spans_to_otlp_proto  # noqa: E402
 from otel_ebpf.kernel import abi  # noqa: E402
-from otel_ebpf.protocols.base import Direction  # noqa: E402
-from otel_ebpf.protocols.registry import Registry  # noqa: E402
 from otel_ebpf.spans.clock import KernelClock  # noqa: E402
 from otel_ebpf.spans.convert import ready, resource_for  # noqa: E402
 from otel_ebpf.telemetry import Stats  # noqa: E402

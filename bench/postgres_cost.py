@@ -14,7 +14,6 @@ CPU time. Medians [min–max] over rounds, µs per exchange at both ends; one en
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.agent_pipeline import ENABLED, one_round  # noqa: E402
-from bench.side_by_side import publish  # noqa: E402
+from bench.side_by_side import publish, rotated, spread  # noqa: E402
 from otel_ebpf import _fast  # noqa: E402
 from tests.protocols.postgres import messages as m  # noqa: E402
 
@@ -55,13 +54,10 @@ def main() -> None:
         sys.exit("otel_ebpf._fast is not built (make install) or OTEL_EBPF_PURE_PYTHON is set")
     runs: dict[str, list[dict[str, float]]] = {w[0]: [] for w in WORKLOADS}
     for i in range(args.rounds):
-        order = WORKLOADS[i % len(WORKLOADS):] + WORKLOADS[:i % len(WORKLOADS)]
+        order = rotated(WORKLOADS, i)
         for name, enabled, request, response in order:
             kw = {} if request is None else {"request": request, "response": response}
             runs[name].append(one_round(args.exchanges, None, True, enabled=enabled, **kw))
-
-    def cell(values: list[float]) -> str:
-        return f"{statistics.median(values):.1f} [{min(values):.1f}–{max(values):.1f}]"
 
     lines = [f"### PostgreSQL parser cost per exchange ({time.strftime('%Y-%m-%d')}, "
              f"{args.exchanges} exchanges seen at both ends, median [min–max] of "
@@ -73,7 +69,7 @@ def main() -> None:
     for name, *_ in WORKLOADS:
         parse = [r["parse and correlate"] for r in runs[name]]
         path = [sum(r[k] for k in STAGES) for r in runs[name]]
-        lines.append(f"| {name} | {cell(parse)} | {cell(path)} | {cell([p / 2 for p in path])} |")
+        lines.append(f"| {name} | {spread(parse)} | {spread(path)} | {spread([p / 2 for p in path])} |")
     publish(lines, args.out)
 
 

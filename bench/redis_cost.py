@@ -12,7 +12,6 @@ CPU time. Medians [min–max] over rounds, µs per exchange and per command.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.agent_pipeline import ENABLED, REQUEST, RESPONSE, one_round  # noqa: E402
-from bench.side_by_side import publish  # noqa: E402
+from bench.side_by_side import publish, rotated, spread  # noqa: E402
 from otel_ebpf import _fast  # noqa: E402
 
 
@@ -56,14 +55,11 @@ def main() -> None:
         sys.exit("otel_ebpf._fast is not built (make install) or OTEL_EBPF_PURE_PYTHON is set")
     runs: dict[str, list[dict[str, float]]] = {w[0]: [] for w in WORKLOADS}
     for i in range(args.rounds):
-        order = WORKLOADS[i % len(WORKLOADS):] + WORKLOADS[:i % len(WORKLOADS)]
+        order = rotated(WORKLOADS, i)
         for name, request, response, per in order:
             runs[name].append(one_round(args.exchanges, None, True, enabled=ENABLED_ALL,
                                         request=request, response=response,
                                         spans_per_exchange=2 * per))
-
-    def cell(values: list[float]) -> str:
-        return f"{statistics.median(values):.1f} [{min(values):.1f}–{max(values):.1f}]"
 
     lines = [f"### Redis cost per command seen at both ends ({time.strftime('%Y-%m-%d')}, "
              f"{args.exchanges} exchanges, median [min–max] of {args.rounds} interleaved rounds, "
@@ -75,7 +71,7 @@ def main() -> None:
     for name, _, _, per in WORKLOADS:
         parse = [r["parse and correlate"] / per for r in runs[name]]
         path = [sum(r[k] for k in PATH) / per for r in runs[name]]
-        lines.append(f"| {name} | {per} | {cell(parse)} | {cell(path)} |")
+        lines.append(f"| {name} | {per} | {spread(parse)} | {spread(path)} |")
     publish(lines, args.out)
 
 

@@ -91,8 +91,9 @@ def shifted(buf: bytes, by: int) -> bytes:
 def events(repeat: int) -> tuple[list, int]:
     """Events of the whole recording, then `repeat` steady replays; and how many events
     the first part is."""
-    from otel_ebpf.kernel import abi
     from otel_ebpf.protocols.base import Direction, Role
+
+    from otel_ebpf.kernel import abi
 
     grams = datagrams()
     first = min(i for i, g in enumerate(grams) if user_writer(bytes.fromhex(g["hex"])))
@@ -154,9 +155,10 @@ class Pipeline:
     """The agent's path from events to correlated spans (IDs assigned), fed in batches."""
 
     def __init__(self) -> None:
+        from otel_ebpf.protocols.registry import Registry
+
         from otel_ebpf.conntrack.table import ConnTable
         from otel_ebpf.correlate import Correlator
-        from otel_ebpf.protocols.registry import Registry
         from otel_ebpf.telemetry import Stats
 
         stats = Stats()

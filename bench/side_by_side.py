@@ -21,6 +21,18 @@ def rounds(modes: Sequence[str], count: int, measure: Callable[[str], float],
     return results
 
 
+def spread(values: Sequence[float]) -> str:
+    """A table cell: "median [min–max]", one decimal."""
+    return f"{statistics.median(values):.1f} [{min(values):.1f}–{max(values):.1f}]"
+
+
+def rotated(items: Sequence, i: int) -> Sequence:
+    """Round i's order: the items rotated by i, so no item always runs first (warm caches,
+    a busy neighbour) across interleaved rounds."""
+    k = i % len(items)
+    return items[k:] + items[:k]
+
+
 def cost_table(title: str, what: str, per: str, results: dict[str, list[float]],
                calls: int = 2, base: str = "off") -> list[str]:
     """Median ns per `what`, ns added per `per` (`calls` of them in each), ratio to base."""

@@ -96,9 +96,10 @@ GC_THRESHOLDS = (20_000, 50, 100)
 def _tune_gc() -> None:
     """After start-up: the objects made so far (modules, config, BPF objects, exporters)
     are frozen out of every later collection, which then walks only what the agent made
-    since; they live as long as the agent anyway. Measured in the running agent (bench/agent_capacity.py, HTTP/1 at
-    10,000 req/s, both ends): 41 µs of agent CPU per request with the defaults, 35 with the
-    start-up heap frozen, 32 frozen and with these thresholds (docs/performance.md)."""
+    since; they live as long as the agent anyway. Measured in the running agent
+    (bench/agent_capacity.py, HTTP/1 at 10,000 req/s, both ends): 41 µs of agent CPU per
+    request with the defaults, 35 with the start-up heap frozen, 32 frozen and with these
+    thresholds (docs/performance.md)."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)

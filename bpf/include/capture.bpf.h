@@ -27,6 +27,7 @@
 #define SOCK_DGRAM 2
 #define S_IFMT 00170000
 #define S_IFSOCK 0140000
+#define S_IFIFO 0010000
 #define EINPROGRESS 115
 
 #ifdef CAPTURE_MAPS_HERE
@@ -225,8 +226,9 @@ static __always_inline __u64 conn_map_key(__u32 tgid, int fd)
 	return ((__u64)tgid << 32) | (__u32)fd;
 }
 
-/* fd -> struct socket, or NULL when the fd is not a socket. */
-static __always_inline struct socket *fd_to_socket(int fd)
+/* fd of the current process -> its struct file when its inode's type is `type` (S_IFSOCK,
+ * S_IFIFO...), else NULL. */
+static __always_inline struct file *fd_to_file(int fd, umode_t type)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
@@ -238,9 +240,14 @@ static __always_inline struct socket *fd_to_socket(int fd)
 	if (!file)
 		return NULL;
 	umode_t mode = BPF_CORE_READ(file, f_inode, i_mode);
-	if ((mode & S_IFMT) != S_IFSOCK)
-		return NULL;
-	return (struct socket *)BPF_CORE_READ(file, private_data);
+	return (mode & S_IFMT) == type ? file : NULL;
+}
+
+/* fd -> struct socket, or NULL when the fd is not a socket. */
+static __always_inline struct socket *fd_to_socket(int fd)
+{
+	struct file *file = fd_to_file(fd, S_IFSOCK);
+	return file ? (struct socket *)BPF_CORE_READ(file, private_data) : NULL;
 }
 
 /* Families and types we trace: TCP and UDP over IPv4/IPv6, Unix stream sockets. */

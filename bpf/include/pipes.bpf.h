@@ -11,7 +11,6 @@
 #ifndef OTEL_EBPF_PIPES_BPF_H
 #define OTEL_EBPF_PIPES_BPF_H
 
-#define S_IFIFO 0010000
 #define ARG_PIPE 0x100 /* or'ed into syscall_args.kind: the fd is a selected process's pipe */
 
 /* Selected processes, by tgid. Not LRU: a selected process must not be forgotten while
@@ -43,17 +42,7 @@ struct {
 /* fd -> its struct file when it is a pipe or FIFO, else NULL. */
 static __always_inline struct file *fd_to_pipe(int fd)
 {
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	if (!fdt || fd < 0 || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
-		return NULL;
-	struct file **fds = BPF_CORE_READ(fdt, fd);
-	struct file *file = NULL;
-	bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]);
-	if (!file)
-		return NULL;
-	umode_t mode = BPF_CORE_READ(file, f_inode, i_mode);
-	return (mode & S_IFMT) == S_IFIFO ? file : NULL;
+	return fd_to_file(fd, S_IFIFO);
 }
 
 /* At a read/write-family entry on an fd that is not a socket: remember the call for its

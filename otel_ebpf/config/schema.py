@@ -157,7 +157,7 @@ _RECEIVER = _Map(
 )
 
 
-_MIN_LAUNCH_WINDOW_S = 0.01  # MIN_WINDOW_S in otel_ebpf/gpu/duty.py
+_MIN_LAUNCH_WINDOW_S = 0.01  # a launch window at least: attaching takes ~10 ms (gpu/duty.py)
 
 
 def _check_launch_duty(tree: dict, path: tuple, ctx: _Ctx) -> None:

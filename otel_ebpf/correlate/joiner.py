@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import time
-from random import getrandbits as _getrandbits
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
+from random import getrandbits as _getrandbits
 
 from otel_ebpf.conntrack.table import LastRead as TaskRead
 from otel_ebpf.correlate.ids import random_id

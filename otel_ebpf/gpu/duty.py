@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
-# attaching and detaching the launch probes of a file takes about a millisecond or less
-# (docs/gpu.md, "Launch probes in duty cycles"); a window must be long beside that
-MIN_WINDOW_S = 0.01  # the config checks it too (_MIN_LAUNCH_WINDOW_S)
+# the config refuses windows under 10 ms (config/schema.py: _MIN_LAUNCH_WINDOW_S): attaching
+# takes 8-10 ms on an H200 host, detaching blocks this thread for longer but the probes stop
+# counting when it starts (docs/gpu.md, "Launch probes in duty cycles: estimated launch counts")
 MAX_WINDOWS = 100_000  # windows remembered (at one a second: more than a day)
 
 

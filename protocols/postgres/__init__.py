@@ -7,7 +7,14 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..base import (
-    ConnInfo, Direction, Frame, NeutralSpan, ParseResult, ProtocolParser, Role, SmallDeque,
+    ConnInfo,
+    Direction,
+    Frame,
+    NeutralSpan,
+    ParseResult,
+    ProtocolParser,
+    Role,
+    SmallDeque,
 )
 from ..options import Duration, Integer, Schema
 from . import wire

@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from struct import Struct
 
 from ..base import (
-    UNTIL_CLOSE, ConnInfo, Direction, Frame, ParserState, ParseResult, Role, positional_maker,
+    UNTIL_CLOSE,
+    ConnInfo,
+    Direction,
+    Frame,
+    ParseResult,
+    ParserState,
+    Role,
+    positional_maker,
 )
 from ..common import BoundedTable
 from .sql import Statement, analyze

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..base import Direction, Frame, ParserState, ParseResult, positional_maker
+from ..base import Direction, Frame, ParseResult, ParserState, positional_maker
 
 NEED_MAX = 128  # longest argument kept (a command, a key, a database index)
 WINDOW = 4096  # bytes copied out of the tracker's buffer per step

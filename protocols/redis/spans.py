@@ -6,7 +6,13 @@ from __future__ import annotations
 import re
 
 from ..base import (
-    AttributeValue, ConnInfo, NeutralSpan, Role, SpanKind, StatusCode, positional_maker,
+    AttributeValue,
+    ConnInfo,
+    NeutralSpan,
+    Role,
+    SpanKind,
+    StatusCode,
+    positional_maker,
 )
 from ..common import network_attributes, server_attributes
 from .pair import RedisRecord

@@ -8,12 +8,13 @@ import dataclasses
 import random
 
 import pytest
-from otel_ebpf import _fast
 from otel_ebpf.protocols.base import ConnInfo, Role
 from otel_ebpf.protocols.http1 import HTTP1Parser
 from otel_ebpf.protocols.http1 import spans as http1_spans
 from otel_ebpf.protocols.http1.parse import HTTPRequest, HTTPResponse
 from otel_ebpf.protocols.http1.stitch import HTTPRecord
+
+from otel_ebpf import _fast
 
 pytestmark = pytest.mark.skipif(_fast.http1 is None, reason="otel_ebpf._fast is not built")
 

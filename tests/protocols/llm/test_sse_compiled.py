@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from otel_ebpf import _fast
 from otel_ebpf.protocols.layers import Body, BodyPiece
 from otel_ebpf.protocols.llm import stream
+
+from otel_ebpf import _fast
 
 RECORDING = Path(__file__).parents[3] / "bench/data/sse_chat.json.gz"
 pytestmark = pytest.mark.skipif(_fast.sse is None, reason="built without the C extensions "

@@ -309,8 +309,9 @@ def _frames(events, monkeypatch=None):
 
 
 def test_the_whole_syscall_step_makes_the_frames_the_general_loop_makes(monkeypatch):
-    from otel_ebpf.protocols.redis import fuzz, resp
     import random
+
+    from otel_ebpf.protocols.redis import fuzz, resp
     rng = random.Random(7)
     pieces = [(Direction.EGRESS, c) for c in fuzz.COMMANDS] + \
              [(Direction.INGRESS, r) for r in fuzz.REPLIES] + \

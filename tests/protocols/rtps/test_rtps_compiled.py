@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from otel_ebpf import _fast
 from otel_ebpf.protocols.rtps import parse as P
+
+from otel_ebpf import _fast
 
 from .test_rtps_fuzz import DATAGRAMS, datagram
 
