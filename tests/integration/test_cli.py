@@ -202,7 +202,8 @@ def test_invalid_config_exits_2_with_path_and_expected_form(tmp_path, body, path
 BAD_VALUES = [
     ("receivers: {ebpf: {protocols: {enabled: [http1, grpc]}}}\n",
      "receivers.ebpf.protocols.enabled[1]",
-     "expected an installed protocol: http1, http2, llm, mcp, rtps, vectordb, got 'grpc'"),
+     "expected an installed protocol: http1, http2, llm, mcp, mcp_stdio, postgres, redis, rtps, "
+     "vectordb, got 'grpc'"),
     ("receivers: {ebpf: {protocols: {llm: {provider: 7}}}}\n",
      "receivers.ebpf.protocols.llm.provider", "expected a non-empty string, got 7"),
     ("receivers: {ebpf: {protocols: {vectordb: {system: mongo}}}}\n",
