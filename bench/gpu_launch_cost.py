@@ -16,7 +16,18 @@ worker's own count. Every round runs each mode once, the order rotated; the repo
 gives, per mode, the median and min-max of the run's speed over the same round's
 untraced speed, of the launch count over the true count, and the attach and detach
 calls' time per window. Needs root, the BPF objects (bpf/build or OTEL_EBPF_BPF_DIR),
-libbpf, and torch with a CUDA device."""
+libbpf, and torch with a CUDA device.
+
+    sudo python3 bench/gpu_launch_cost.py --segments 8 [--seconds 3] [--duties 1,0.05]
+
+--segments N: the drift-proof form. One agent (CUDA probes and GPU monitor) stays loaded
+for the whole run and the worker's loop runs in short segments of --seconds each, the
+launch probes detached ("launch probes off": what duty cycles would cost nothing over)
+or in each mode, in N rounds ordered A B C C B A so a drifting GPU or host weighs on
+every mode alike; each mode's ratio is to the mean of its round's "off" segments. The
+probes that stay attached in every mode (allocations, copies, synchronize: one call a
+step here) are in both sides of the ratio; the sequential form above compares with a
+worker no agent traces at all."""
 
 from __future__ import annotations
 
@@ -145,6 +156,80 @@ def traced_run(proc: subprocess.Popen, steps: int, duty_cycle: float, period_s: 
     return out
 
 
+def segmented(proc: subprocess.Popen, steps: int, duties: list[tuple[float, float]],
+              rounds: int) -> list[dict]:
+    """Segments of `steps` steps under one loaded agent, the launch probes detached (off),
+    always attached (duty 1) or cycled, ordered A B C C B A per round."""
+    from otel_ebpf.gpu.duty import LaunchDuty
+    from otel_ebpf.gpu.monitor import GpuMonitor
+    from otel_ebpf.kernel.cuda_tracer import CudaTracer
+    from otel_ebpf.kernel.libbpf import LibbpfLog
+    from otel_ebpf.spans.resources import ProcessResources
+    from otel_ebpf.telemetry import Stats
+
+    tracer = CudaTracer(LibbpfLog())
+    monitor = GpuMonitor(tracer, {"c": _Collect()}, ProcessResources(), Stats(),
+                         interval_s=3600)
+    modes: list[tuple[float, float] | None] = [None, *duties]  # None: launch probes off
+    runs: list[dict] = []
+    try:
+        monitor.start()
+        if proc.pid not in monitor._pythons:
+            print(f"  note: no Python frames for pid {proc.pid}", file=sys.stderr)
+        for r in range(rounds):
+            order = modes + modes[::-1]
+            results: dict = {m: [] for m in modes}
+            for mode in order:
+                duty = None
+                if mode is None or mode[0] < 1:
+                    tracer.probes.set_launches(False)
+                    if mode is not None:
+                        duty = LaunchDuty(tracer.probes.set_launches, *mode)
+                        duty.start()  # the first window opens at once
+                else:
+                    tracer.probes.set_launches(True)
+                res = run(proc, steps)
+                if duty is not None:
+                    duty.stop()
+                    res.update(windows=duty.windows)
+                results[mode].append(res["steps_per_s"])
+            base = statistics.fmean(results[None])
+            for mode, rates in results.items():
+                for rate in rates:
+                    runs.append({"round": r, "steps_per_s": rate, "ratio": rate / base,
+                                 "mode": "launch probes off" if mode is None
+                                 else _name(mode)})
+            print(f"round {r}: " + ", ".join(
+                f"{'off' if m is None else _name(m)} "
+                + "/".join(f"{x:.1f}" for x in rates)
+                + ("" if m is None else f" ({statistics.fmean(rates) / base:.3f})")
+                for m, rates in results.items()), flush=True)
+    finally:
+        monitor.shutdown()
+    return runs
+
+
+def summarize_segments(runs: list[dict], duties: list[tuple[float, float]],
+                       args: argparse.Namespace, steps: int) -> None:
+    """Per mode: steps/s over all its segments, and its ratio to the launch probes off,
+    one value per round (the mean of the round's two segments of it)."""
+    summary = []
+    print("\n| mode | steps/s (all segments) | speed / launch probes off (per round) |")
+    print("|---|---|---|")
+    for mode in ["launch probes off"] + [_name(d) for d in duties]:
+        rs = [x for x in runs if x["mode"] == mode]
+        per_round = [statistics.fmean(x["ratio"] for x in rs if x["round"] == r)
+                     for r in sorted({x["round"] for x in rs})]
+        row = {"mode": mode, "steps_per_s": spread([x["steps_per_s"] for x in rs]),
+               "ratio": "1" if mode == "launch probes off"
+               else f"{spread(per_round)}, {len(per_round)} rounds"}
+        summary.append(row)
+        print("| " + " | ".join(row.values()) + " |")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"runs": runs, "summary": summary,
+                                              "steps": steps, "args": vars(args)}, indent=1))
+
+
 def run(proc: subprocess.Popen, steps: int) -> dict:
     proc.stdin.write(f"run {steps}\n")
     proc.stdin.flush()
@@ -175,6 +260,9 @@ def main() -> None:
                     "each DUTY or DUTY@PERIOD_S")
     ap.add_argument("--period", type=float, default=1.0,
                     help="duty cycle period (s) where a mode names none")
+    ap.add_argument("--segments", type=int, default=0, metavar="N",
+                    help="N rounds of short segments under one loaded agent (see above) "
+                    "instead of the sequential rounds")
     ap.add_argument("--python", default=sys.executable, help="the worker's interpreter")
     ap.add_argument("--out", help="write the runs and the summary as JSON here")
     ap.add_argument("--standin", help="a stand-in libcuda.so.1 instead of torch (no GPU: "
@@ -199,7 +287,9 @@ def main() -> None:
               f"a run ({steps * LAUNCHES_PER_STEP:,} launches)", flush=True)
         modes: list[tuple[float, float] | None] = [None, *duties]  # None: untraced
         runs: list[dict] = []
-        for r in range(args.rounds):
+        if args.segments:
+            runs = segmented(proc, steps, duties, args.segments)
+        for r in range(0 if args.segments else args.rounds):
             order = modes[r % len(modes):] + modes[:r % len(modes)]
             results: dict = {}
             for mode in order:
@@ -218,6 +308,9 @@ def main() -> None:
     finally:
         proc.stdin.close()
         proc.wait(30)
+    if args.segments:
+        summarize_segments(runs, duties, args, steps)
+        return
     summary = []
     print("\n| mode | steps/s | traced/untraced | launches counted/true | marked estimated "
           "| windows per run | attach, detach per window (ms) |")
