@@ -35,8 +35,6 @@ from .parse import (
 )
 from .table import LruTable
 
-_set = OrderedDict.__setitem__  # an LruTable's entry written without its put (a known key)
-
 BUILTIN_KIND = 0xC0  # entity kind's top bits: 11 builtin, 01 vendor-specific, 00 the user's
 MAX_DESTINATIONS = 32  # peers one sample is remembered to have gone to (fan-out vs repair)
 MAX_NACKED = 256  # sequence numbers remembered per (process, writer) as asked for again
@@ -304,12 +302,7 @@ def _in_time_order(state: RTPSState) -> Iterator[RTPSMessage]:
 
 def _message(state: RTPSState, frame: RTPSMessage, shared: Shared) -> None:
     if frame.direction is EGRESS:
-        prefixes, prefix = shared.prefixes, frame.prefix
-        if prefix in prefixes:  # LruTable.put of a known key, spelled out: once per datagram
-            _set(prefixes, prefix, state.conn.pid)
-            prefixes.move_to_end(prefix)
-        else:
-            prefixes.put(prefix, state.conn.pid)
+        shared.prefixes.put(frame.prefix, state.conn.pid)
     if frame.truncated or frame.size > frame.captured:
         state.count("truncated_datagrams")
     if frame.malformed:
