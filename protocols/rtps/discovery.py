@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .table import LruTable
 from . import payload as pl
 from .names import Names, names
+from .table import LruTable
 
 # builtin writers (DDSI-RTPS 9.3.1.3), with the secure variants (DDS-Security 7.4.5)
 SPDP_WRITERS = frozenset({0x000100C2, 0xFF0101C2})
