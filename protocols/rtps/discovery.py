@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..common import BoundedTable
 from . import payload as pl
 from .names import Names, names
+from .table import LruTable
 
 # builtin writers (DDSI-RTPS 9.3.1.3), with the secure variants (DDS-Security 7.4.5)
 SPDP_WRITERS = frozenset({0x000100C2, 0xFF0101C2})
@@ -43,8 +43,8 @@ class Discovery:
 
     def __init__(self, max_entries: int) -> None:
         self.max_entries = max_entries
-        self.endpoints: BoundedTable = BoundedTable(max_entries)  # GUID -> Endpoint
-        self.participants: BoundedTable = BoundedTable(max_entries)  # prefix -> Participant
+        self.endpoints = LruTable(max_entries)  # GUID -> Endpoint
+        self.participants = LruTable(max_entries)  # prefix -> Participant
 
     @property
     def evicted(self) -> int:
@@ -102,8 +102,8 @@ class Discovery:
         self._put(self.endpoints, guid, Endpoint(guid, writer, names(topic, type_name or "")))
         return "endpoint"
 
-    def _put(self, table: BoundedTable, key: bytes, value: object) -> None:
-        table[key] = value
+    def _put(self, table: LruTable, key: bytes, value: object) -> None:
+        table.put(key, value)
 
 
 def _parameter_list(data: bytes) -> tuple[dict[int, bytes], bool] | None:

@@ -108,7 +108,8 @@ def _message(record: MessageRecord) -> NeutralSpan:
     if record.latency_ns is not None:
         attrs[DELIVERY_LATENCY] = record.latency_ns / NS
         measurements.append(Measurement(LATENCY, record.latency_ns / NS, common))
-    for event, n in sorted(sample.loss.items()):
+    loss = sample.loss
+    for event, n in sorted(loss.items()) if loss else ():
         measurements.append(Measurement(RELIABILITY_EVENTS, float(n), {**common, EVENT: event}))
     return NeutralSpan(
         name=f"{operation} {destination}",

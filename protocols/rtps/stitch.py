@@ -20,6 +20,8 @@ from . import payload as pl
 from .discovery import DISCOVERY_WRITERS, Discovery
 from .names import Names, RosKind
 from .parse import (
+    DATA_D,
+    FLAG_E,
     VENDOR_CYCLONE,
     AckNack,
     Addressed,
@@ -31,6 +33,7 @@ from .parse import (
     NackFrag,
     RTPSMessage,
 )
+from .table import LruTable
 
 BUILTIN_KIND = 0xC0  # entity kind's top bits: 11 builtin, 01 vendor-specific, 00 the user's
 MAX_DESTINATIONS = 32  # peers one sample is remembered to have gone to (fan-out vs repair)
@@ -149,11 +152,13 @@ class Shared:
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self.discovery = Discovery(limits.discovery_max)
-        self.sent = Bounded(limits.max_tracked)  # Key -> Sent
-        self.received = Bounded(limits.max_tracked)  # (pid, writer, seq) -> None
-        self.nacked = Bounded(limits.max_tracked)  # (pid, writer) -> deque of seqs
-        self.loss = Bounded(limits.max_tracked)  # (pid, writer) -> {event: n}
-        self.prefixes = Bounded(limits.max_tracked)  # GUID prefix -> pid that sent it
+        # looked up per sample: LruTable (C reads and moves); the calls keep the order they
+        # began in (their expiry walks it), a BoundedTable
+        self.sent = LruTable(limits.max_tracked)  # Key -> Sent
+        self.received = LruTable(limits.max_tracked)  # (pid, writer, seq) -> None
+        self.nacked = LruTable(limits.max_tracked)  # (pid, writer) -> deque of seqs
+        self.loss = LruTable(limits.max_tracked)  # (pid, writer) -> {event: n}
+        self.prefixes = LruTable(limits.max_tracked)  # GUID prefix -> pid that sent it
         self.calls = Bounded(limits.max_tracked)  # (pid, role, ident) -> Call
         self.live: dict[int, int] = {}  # pid -> connections not yet closed
         self.dead: set[int] = set()  # pids whose last connection closed: end their calls
@@ -250,7 +255,7 @@ class RTPSState(ParserState):
         self.reassembly: OrderedDict[Key, Reassembly] = OrderedDict()
         # samples reassembled lately, with where they went: fragments of them that come
         # again are a repair or a copy for another reader, not a new sample
-        self.completed = Bounded(1024)
+        self.completed = LruTable(1024)
         self.waiting: deque[Waiting] = deque()
         self.counts: dict[str, int] = {}
         self.ended = False  # the parser's finish ran (it runs once per direction)
@@ -296,17 +301,17 @@ def _in_time_order(state: RTPSState) -> Iterator[RTPSMessage]:
 
 
 def _message(state: RTPSState, frame: RTPSMessage, shared: Shared) -> None:
-    pid = state.conn.pid
     if frame.direction is EGRESS:
-        shared.prefixes.put(frame.prefix, pid)
+        shared.prefixes.put(frame.prefix, state.conn.pid)
     if frame.truncated or frame.size > frame.captured:
         state.count("truncated_datagrams")
     if frame.malformed:
         state.count("malformed_submessages", frame.malformed)
     if frame.unknown:
         state.count("unknown_submessages", frame.unknown)
+    handlers = _HANDLERS
     for sub in frame.submessages:
-        handler = _HANDLERS.get(type(sub))
+        handler = handlers.get(type(sub))
         if handler is not None:
             handler(state, frame, sub, shared)  # type: ignore[operator]
 
@@ -316,17 +321,26 @@ def _data(state: RTPSState, frame: RTPSMessage, sub: Data, shared: Shared) -> No
     if end is None:  # up to the datagram's end: its real size comes from the tracker
         end = max(frame.size, sub.payload_offset + len(sub.payload))
     size = max(0, end - sub.payload_offset)
-    if sub.writer_id & BUILTIN_KIND:
-        _builtin(sub.writer_id, sub.payload, sub.inline_qos, sub.little, sub.key_only, frame,
+    writer_id = sub.writer_id
+    if writer_id & BUILTIN_KIND:
+        _builtin(writer_id, sub.payload, sub.inline_qos, sub.little, sub.key_only, frame,
                  shared)
         return
-    if not sub.has_data:  # a key alone: an instance disposed or unregistered
+    flags = sub.flags
+    if not flags & DATA_D:  # a key alone: an instance disposed or unregistered
         state.count("key_only_samples")
         return
-    sample = Sample(frame.direction, sub.writer_guid, sub.seq, _reader(sub), sub.dst_prefix,
-                    frame.start_ns, frame.end_ns, size, frame.peer, frame.vendor,
-                    sub.payload[: shared.limits.payload_head], sub.inline_qos, sub.little)
-    _sample(state, sample, (frame.peer, sub.dst_prefix), shared)
+    # Data.writer_guid, Data.little, _reader(sub), spelled out: this runs once per sample
+    dst = sub.dst_prefix
+    reader_id = sub.reader_id
+    reader = (None if not reader_id or dst == EVERY_PARTICIPANT
+              else dst + reader_id.to_bytes(4, "big"))
+    peer = frame.peer
+    sample = Sample(frame.direction, sub.src_prefix + writer_id.to_bytes(4, "big"), sub.seq,
+                    reader, dst, frame.start_ns, frame.end_ns, size, peer, frame.vendor,
+                    sub.payload[: shared.limits.payload_head], sub.inline_qos,
+                    bool(flags & FLAG_E))
+    _sample(state, sample, (peer, dst), shared)
 
 
 def _builtin(writer_id: int, data: bytes, inline_qos: dict[int, bytes], little: bool,
@@ -414,10 +428,12 @@ def _keep_head(entry: Reassembly, sub: DataFrag, limit: int) -> None:
 def _sample(state: RTPSState, sample: Sample, destination: Destination, shared: Shared) -> None:
     """A whole user sample: a new one waits to be named; a copy is counted."""
     pid = state.conn.pid
+    writer = sample.writer
     if sample.direction is EGRESS:
-        sent = shared.sent.get(sample.key)
+        key = (writer, sample.seq)  # sample.key
+        sent = shared.sent.get(key)
         if sent is None:
-            shared.sent.put(sample.key, Sent({destination: sample.start_ns}))
+            shared.sent.put(key, Sent({destination: sample.start_ns}))
         elif destination in sent.destinations:  # sent there before: a retransmission
             state.count("repair_samples")
             shared.add_loss(pid, sample.writer, "repair")
@@ -429,22 +445,27 @@ def _sample(state: RTPSState, sample: Sample, destination: Destination, shared: 
                 sent.destinations[destination] = sample.start_ns
             return
     else:
-        if shared.prefixes.get(sample.writer[:12]) == pid:
+        if shared.prefixes.get(writer[:12]) == pid:
             state.count("own_samples")  # multicast looped back to the process that sent it
             return
-        receipt = (pid, sample.writer, sample.seq)
-        if receipt in shared.received:
+        receipt = (pid, writer, sample.seq)
+        received = shared.received
+        if receipt in received:
             state.count("duplicate_samples")
             return
-        shared.received.put(receipt, None)
-        nacked = shared.nacked.get((pid, sample.writer))
-        sample.repair = nacked is not None and sample.seq in nacked
-    sample.loss = shared.take_loss(pid, sample.writer)
+        received.put(receipt, None)
+        if shared.nacked:
+            nacked = shared.nacked.get((pid, writer))
+            sample.repair = nacked is not None and sample.seq in nacked
+    loss = shared.loss
+    if loss:  # Shared.take_loss, spelled out
+        sample.loss = loss.pop((pid, writer), None) or {}
     state.waiting.append((state.conn, sample))
 
 
 def _heartbeat(state: RTPSState, frame: RTPSMessage, sub: Heartbeat, shared: Shared) -> None:
-    state.count("heartbeats")
+    counts = state.counts  # state.count, spelled out: one per heartbeat
+    counts["heartbeats"] = counts.get("heartbeats", 0) + 1
 
 
 def _heartbeat_frag(state: RTPSState, frame: RTPSMessage, sub: HeartbeatFrag, shared: Shared
@@ -453,7 +474,8 @@ def _heartbeat_frag(state: RTPSState, frame: RTPSMessage, sub: HeartbeatFrag, sh
 
 
 def _acknack(state: RTPSState, frame: RTPSMessage, sub: AckNack, shared: Shared) -> None:
-    state.count("acknacks")
+    counts = state.counts  # state.count, spelled out: one per acknack
+    counts["acknacks"] = counts.get("acknacks", 0) + 1
     if not sub.missing:
         return
     state.count("nacked_samples", len(sub.missing))
@@ -513,9 +535,10 @@ def _release(waiting: deque[Waiting], now: int, shared: Shared, final: bool,
     if forced > 0:
         count("waiting_overflow", forced)
     keep: deque[Waiting] = deque()
+    endpoints = shared.discovery.endpoints  # Discovery.endpoint, without its call
     for i, (conn, sample) in enumerate(waiting):
         must = final or i < forced
-        endpoint = shared.discovery.endpoint(sample.writer)
+        endpoint = endpoints.get(sample.writer)
         if endpoint is None and not must and now - sample.end_ns < limits.discovery_wait_ns:
             keep.append((conn, sample))
             continue
@@ -638,6 +661,9 @@ def _expire_calls(state: RTPSState, now: int, shared: Shared, records: list[Reco
     closed, end: a request alone with an error, a reply alone counted. Any connection's
     stitch may end them: a record carries its own connection."""
     calls, timeout = shared.calls, shared.limits.pairing_timeout_ns
+    if not calls:  # no service call waits (a topic's stitch): nothing to walk
+        shared.dead.clear()
+        return
     ended: list[tuple[Call, str]] = []
     if shared.dead:
         ended += [(c, "closed") for c in _unique(calls.values()) if c.pid in shared.dead]
