@@ -48,6 +48,7 @@ _prefix = struct.Struct(">BL").unpack_from  # a gRPC message's flag and length
 Step = tuple[ParseResult, Frame | None, int]
 MAX_STREAMS = 1024  # open streams tracked per connection; the oldest beyond are dropped
 MAX_BLOCK = 256 * 1024  # a header block larger than this is given up (and HPACK with it)
+_PLAIN_MASK = f.END_HEADERS | f.PADDED | f.HAS_PRIORITY  # a HEADERS frame that is all block
 _REQUEST_PSEUDO = frozenset({":method", ":path", ":scheme", ":authority", ":protocol"})
 
 
@@ -339,6 +340,21 @@ def _frames(direction: Direction, buf, pos: int, state: HTTP2State, side: _Side)
             break  # wait for the whole frame (a header block must be read in full)
         if kind == f.WINDOW_UPDATE:  # flow control: nothing to read (f.sane checked it)
             pos = end
+            continue
+        if kind == f.HEADERS and flags & _PLAIN_MASK == f.END_HEADERS:
+            # _headers' common case, inlined (a whole block, no field to strip): every call
+            # has three of these per direction
+            side.block_stream, side.block_flags, side.block_type = stream, flags, kind
+            side.block_head = side.offset + pos
+            side.block_arrival = side.arrival if pos >= side.old else None
+            side.block_wire = f.HEADER_LEN + length
+            message = _block(state, side, requests, bytes(buf[pos + f.HEADER_LEN : end]))
+            pos = end
+            if message is None:
+                continue
+            emitted = message
+            if not requests:
+                break
             continue
         if h is None:
             h = _new_head(f.Head, (length, kind, flags, stream, reserved))

@@ -12,6 +12,7 @@ from otel_ebpf.protocols.http2 import HTTP2Parser
 
 from .wire import (
     PREFACE,
+    TRACEPARENT,
     Peer,
     data,
     grpc_message,
@@ -235,3 +236,44 @@ def test_options_are_checked():
     with pytest.raises(ValueError):
         HTTP2Parser({"max_streams": 0})
     assert HTTP2Parser({"capture_headers": "false"}).capture_headers is False
+
+
+def _fields(message) -> tuple:
+    return (message.stream_id, getattr(message, "method", None), getattr(message, "path", None),
+            getattr(message, "status", None), getattr(message, "grpc_status", None),
+            getattr(message, "trailers", None), message.content_type, message.user_agent,
+            dict(message.carrier), message.messages.count, message.messages.size,
+            message.data_size, message.unknown_fields)
+
+
+def test_plain_headers_read_inline_as_the_general_path_reads_them(driver):
+    # The frame loop reads a plain HEADERS frame (END_HEADERS, no padding or priority)
+    # itself; the same blocks with a priority field take the general path. Same fields,
+    # sizes apart by the 5 priority bytes of each HEADERS frame.
+    def wire(priority: bool):
+        client, server = Peer(), Peer()
+        out, back = PREFACE + settings_frame(), settings_frame()
+        for stream, path in ((1, "/pkg.S/One"), (3, "/pkg.S/Two"), (5, "/pkg.S/One")):
+            out += client.headers(stream, grpc_request(path, extra=[("traceparent", TRACEPARENT)]),
+                                  priority=priority) \
+                + data(stream, grpc_message(b"q" * stream), end_stream=True)
+            back += server.headers(stream, OK, priority=priority) \
+                + data(stream, grpc_message(b"r" * stream)) \
+                + server.headers(stream, [("grpc-status", "0")], end_stream=True,
+                                 priority=priority)
+        return out, back
+
+    seen = {}
+    for priority in (False, True):
+        t = driver()
+        out, back = wire(priority)
+        t.feed(OUT, out)
+        t.feed(IN, back)
+        t.close()
+        assert t.invalid == 0
+        seen[priority] = [(_fields(r.request), _fields(r.response),
+                           r.request.size, r.response.size) for r in t.records]
+    assert len(seen[False]) == 3
+    for plain, general in zip(seen[False], seen[True], strict=True):
+        assert plain[:2] == general[:2]
+        assert plain[2] + 5 == general[2] and plain[3] + 10 == general[3]
