@@ -70,12 +70,13 @@ def _answer(draw_sizes: list[int], broken: int | None, ext: bool, trailer: bool)
        broken=st.one_of(st.none(), st.integers(0, 11)), ext=st.booleans(),
        trailer=st.booleans(), sse=st.booleans(), seed=st.integers(0, 2**32 - 1))
 def test_random_chunked_bodies(sizes, broken, ext, trailer, sse, seed):
-    """The recorded exchange with its answer's body replaced: the LLM layer keeps an SSE
-    body (text/event-stream), a JSON one is skipped by length."""
+    """The recorded exchange with its answer's body replaced: the LLM layer keeps the body
+    of a chat completion; the request sent elsewhere, no layer wants it and the chunks
+    are skipped by length."""
     chunks = sp.recording("sse")
     request = next(d for c, d in chunks if c)
+    if not sse:
+        request = request.replace(b"POST /v1/chat/completions", b"POST /v1/not/an/llm/api", 1)
     body = _answer(sizes, broken, ext, trailer)
-    ctype = b"text/event-stream" if sse else b"application/x-ndjson"
-    head = (b"HTTP/1.1 200 OK\r\nContent-Type: " + ctype +
-            b"\r\nTransfer-Encoding: chunked\r\n\r\n")
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
     _same([(True, request), (False, head + body)], 1, seed)
