@@ -1,6 +1,7 @@
 """The step that takes every whole chunk at the buffer's head at once (parse._chunks)
 against its reference, the steps that take a chunk's size line, data and CRLF one by one
-(parse._ONE_CHUNK_STEPS): the same spans over the recorded chat-completions stream, whole
+(parse._ONE_CHUNK_STEPS), and the tracker's step for a body piece (Connection._piece,
+PIECE_STEP) against its general path (Stream.add, _parse, _finish_pending): the same spans over the recorded chat-completions stream, whole
 and cut into random syscalls, and over random chunked bodies (kept by the LLM layer or
 skipped) cut at random points, with bytes lost and size lines broken."""
 
@@ -14,6 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from otel_ebpf.protocols.http1 import parse as http1_parse
 
+from otel_ebpf.conntrack import connection
+
 from bench import stream_pipeline as sp
 from tests.unit.span_traffic import plain
 
@@ -21,9 +24,10 @@ fuzz = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCh
 
 
 def _spans(chunks, repeat: int, seed: int | None, one_by_one: bool) -> list:
-    saved = http1_parse._BODY_STEPS
+    saved, pieces = http1_parse._BODY_STEPS, connection.PIECE_STEP
     if one_by_one:
         http1_parse._BODY_STEPS = http1_parse._ONE_CHUNK_STEPS
+        connection.PIECE_STEP = False
     try:
         if seed is None:
             spans = sp.spans_of(sp.events(chunks, repeat))
@@ -31,7 +35,7 @@ def _spans(chunks, repeat: int, seed: int | None, one_by_one: bool) -> list:
             rng = random.Random(seed)
             spans = sp.spans_of(sp.events(chunks, repeat, rng), rng)
     finally:
-        http1_parse._BODY_STEPS = saved
+        http1_parse._BODY_STEPS, connection.PIECE_STEP = saved, pieces
     return json.loads(json.dumps(plain(spans)))
 
 
@@ -45,6 +49,7 @@ def _same(chunks, repeat: int, seed: int | None) -> list:
 def test_the_parser_uses_it():
     assert http1_parse._BODY_STEPS[http1_parse.Body.CHUNKED] is http1_parse._chunks
     assert http1_parse._ONE_CHUNK_STEPS[http1_parse.Body.CHUNKED] is http1_parse._chunk
+    assert connection.PIECE_STEP
 
 
 @pytest.mark.parametrize("seed", [None, 1, 2, 3, 4, 5, 6, 7, 8])
