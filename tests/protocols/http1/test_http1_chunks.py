@@ -15,9 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from otel_ebpf.protocols.http1 import parse as http1_parse
 
-from otel_ebpf.conntrack import connection
-
 from bench import stream_pipeline as sp
+from otel_ebpf.conntrack import connection
 from tests.unit.span_traffic import plain
 
 fuzz = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
