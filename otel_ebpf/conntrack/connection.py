@@ -29,6 +29,10 @@ INFER_ATTEMPTS = 16  # data events per connection offered to inference before gi
 FOREVER_NS = 2**63 - 1
 MAX_PARSE_STEPS = 10_000  # per feed: a parser that never advances cannot hang the agent
 RESYNC_TAIL = 16  # bytes kept when resync finds nothing: a message start may be cut there
+# a syscall's bytes, all captured, right at the head of a stream inside a message (a body
+# piece): parsed from the payload itself, without the stream's buffer (Connection._piece);
+# False: the general path, its reference (tests compare the two)
+PIECE_STEP = True
 # enum members as module constants: looking a member up on its class costs ~0.2 µs
 _INGRESS, _FRAME, _NEED_MORE = Direction.INGRESS, ParseResult.FRAME, ParseResult.NEED_MORE
 
@@ -153,9 +157,18 @@ class Connection:
             pos, payload = end, tail
             end = pos + len(tail)
         elif (pos == stream.head and msg_len and len(payload) == msg_len and stream.started
-              and not stream.buf and not stream.queue and not stream.times
-              and not self.resync[direction] and self.frame_start[direction] is None
+              and not stream.buf and not stream.queue and not self.resync[direction]
               and not self.pending[direction]):
+            if stream.times or self.frame_start[direction] is not None:
+                if PIECE_STEP:
+                    self._piece(direction, _tuple_new(Chunk, (pos, end, payload, start_ns,
+                                                              end_ns, seq, tid, task)), stats)
+                    return
+                stream.add(_tuple_new(Chunk, (pos, end, payload, start_ns, end_ns, seq, tid,
+                                              task)))
+                self._parse(direction, stats)
+                self._finish_pending(direction)
+                return
             whole = self.whole
             if whole is not None:
                 frame = whole(direction, payload, self.state, pos, start_ns, end_ns, seq, tid,
@@ -205,6 +218,30 @@ class Connection:
             self.state.frames[direction].append(frame)  # type: ignore[union-attr]
             if self.frames_out is not None:
                 self.frames_out.append((self.info, frame))
+            return
+        stream.buf += chunk.data  # what Stream._fill puts there
+        self._parse(direction, stats, step)
+        self._finish_pending(direction)
+
+    def _piece(self, direction: Direction, chunk: Chunk, stats: Stats) -> None:
+        """A syscall's bytes, all captured, right at the head of a stream that holds
+        nothing buffered, queued, pending or being resynced, inside a message (a frame
+        started, or chunks kept for its times): the same steps as Stream.add, _parse and
+        _finish_pending, without copying the bytes into the stream's buffer when the
+        parser takes them all and ends no frame there (a body piece)."""
+        stream = self.streams[direction]
+        if chunk.end > stream.known_end:
+            stream.known_end = chunk.end
+        stream.last_end_ns = chunk.end_ns
+        stream.times.append(chunk)
+        view = memoryview(chunk.data)
+        step = self.parser.parse(direction, view, self.state)  # type: ignore[union-attr]
+        view.release()
+        if step[0] is _NEED_MORE and step[2] == chunk.end - chunk.pos:
+            if self.frame_start[direction] is None:
+                self.frame_start[direction] = self._start_at(stream, stream.head)
+            stream.head = chunk.end
+            stream.prune(chunk.end)  # _finish_pending's, with nothing pending
             return
         stream.buf += chunk.data  # what Stream._fill puts there
         self._parse(direction, stats, step)

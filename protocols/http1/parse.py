@@ -624,6 +624,33 @@ def _start_body(s: _Stream, frame: HTTPMessage, head_len: int, body: Body, lengt
     return NEED, None, head_len
 
 
+def _chunks(buf, s: _Stream, state: HTTP1State, direction: Direction) -> Step:
+    """Every whole chunk at the buffer's head in one step (size line, data, CRLF), as the
+    steps of _chunk, _read_chunk and _chunk_end would take them one by one: the same
+    counts, the same pieces timed by their first byte. The first chunk that is not whole
+    here (or a size line that is not clean, or the last chunk) is left to _chunk."""
+    frame, n, pos = s.frame, len(buf), 0
+    keep = frame.body is not None
+    while True:
+        line = _CHUNK_LINE.match(buf, pos, pos + MAX_CHUNK_LINE)
+        if line is None:
+            break
+        size = int(line[1], 16)
+        data = line.end()
+        end = data + size + 2
+        if size == 0 or end > n:
+            break
+        frame.chunks += 1
+        frame.body_size += size
+        if keep:
+            frame.body.add(bytes(buf[data:data + size]), state.time_at(direction, data))
+        pos = end
+    if pos == 0:
+        return _chunk(buf, s)
+    s.size += pos
+    return NEED, None, pos
+
+
 def _chunk(buf, s: _Stream, *_) -> Step:
     """A chunk-size line; the chunk's data is skipped by length, or read when kept."""
     line = _LF.search(buf, 0, MAX_CHUNK_LINE)
@@ -728,7 +755,7 @@ def _read_until_close(buf, s: _Stream, state: HTTP1State, direction: Direction) 
 
 
 _BODY_STEPS = {
-    Body.CHUNKED: _chunk,
+    Body.CHUNKED: _chunks,  # its reference: _chunk alone (_ONE_CHUNK_STEPS)
     Body.TRAILERS: _trailers,
     Body.UNTIL_CLOSE: _until_close,
     Body.READ_LENGTH: _read_length,
@@ -736,6 +763,8 @@ _BODY_STEPS = {
     Body.CHUNK_END: _chunk_end,
     Body.READ_UNTIL_CLOSE: _read_until_close,
 }
+# the steps one chunk's part at a time: the reference of _chunks (tests swap it in)
+_ONE_CHUNK_STEPS = {**_BODY_STEPS, Body.CHUNKED: _chunk}
 # lost bytes inside these are part of the body: step over them, the message goes on
 _LOSS_TOLERANT = frozenset({Body.READ_LENGTH, Body.READ_CHUNK, Body.CHUNK_END,
                             Body.READ_UNTIL_CLOSE})
