@@ -67,7 +67,7 @@ static __always_inline int remember(int fd, __u64 ptr, __u64 addr, __u32 kind, _
 		.sk = st && (st->flags & CONN_F_STREAM) ? st->sk : 0,
 		.fd = fd, .kind = kind, .count = cnt,
 	};
-	bpf_map_update_elem(&inflight, &id, &a, BPF_ANY);
+	stash_args(id, &a);
 	return 0;
 }
 
@@ -111,7 +111,11 @@ static __always_inline bool tls_bookkeeping(struct conn_state *st, struct syscal
 	} else if (dir == DIR_INGRESS && st->traced && (st->flags & CONN_F_TCP)) {
 		__u32 tid = (__u32)id;
 		struct last_read last = {.fd = a->fd, .seq = seq, .has_seq = 1, .fresh = 1};
-		bpf_map_update_elem(&last_reads, &tid, &last, BPF_ANY);
+		struct last_read *lp = bpf_map_lookup_elem(&last_reads, &tid);
+		if (lp) /* in place: no LRU update per read */
+			*lp = last;
+		else
+			bpf_map_update_elem(&last_reads, &tid, &last, BPF_ANY);
 	}
 	if (!st->tls)
 		return false;
@@ -122,11 +126,9 @@ static __always_inline bool tls_bookkeeping(struct conn_state *st, struct syscal
 static __always_inline int on_exit(struct trace_event_raw_sys_exit *ctx, __u8 dir)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	struct syscall_args *ap = bpf_map_lookup_elem(&inflight, &id);
-	if (!ap)
+	struct syscall_args a;
+	if (!take_args(id, &a))
 		return 0;
-	struct syscall_args a = *ap;
-	bpf_map_delete_elem(&inflight, &id);
 	long ret = ctx->ret;
 	if (ret <= 0)
 		return 0;
@@ -234,11 +236,10 @@ SEC("tracepoint/syscalls/sys_exit_connect")
 int exit_connect(struct trace_event_raw_sys_exit *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	struct syscall_args *ap = bpf_map_lookup_elem(&inflight, &id);
-	if (!ap)
+	struct syscall_args a;
+	if (!take_args(id, &a))
 		return 0;
-	int fd = ap->fd;
-	bpf_map_delete_elem(&inflight, &id);
+	int fd = a.fd;
 	if (ctx->ret != 0 && ctx->ret != -EINPROGRESS)
 		return 0;
 	struct socket *sock = fd_to_socket(fd);
@@ -306,6 +307,7 @@ int on_process_exit(void *ctx)
 	/* Every thread: its thread id comes back as another thread's (a pool worker, say) */
 	__u32 tid = (__u32)id;
 	bpf_map_delete_elem(&py_tstates, &tid);
+	bpf_map_delete_elem(&inflight, &id);
 	if ((__u32)id != (id >> 32))
 		return 0; /* a thread, not the process */
 	return emit_proc_event(EV_PROC_EXIT);

@@ -221,6 +221,29 @@ static __always_inline __u64 bounded(__u64 v, const __u64 max)
 	return v;
 }
 
+/* Keep a syscall's arguments for its exit. A thread's entry stays in `inflight` once made
+ * (the exit marks it consumed: kind 0), so a thread's later calls overwrite it in place: a
+ * lookup, where an update and a delete of the LRU hash take its locks on every call. */
+static __always_inline void stash_args(__u64 id, struct syscall_args *a)
+{
+	struct syscall_args *ap = bpf_map_lookup_elem(&inflight, &id);
+	if (ap)
+		*ap = *a;
+	else
+		bpf_map_update_elem(&inflight, &id, a, BPF_ANY);
+}
+
+/* The arguments stashed at this thread's entry, taken (false when none is pending). */
+static __always_inline bool take_args(__u64 id, struct syscall_args *out)
+{
+	struct syscall_args *ap = bpf_map_lookup_elem(&inflight, &id);
+	if (!ap || !ap->kind)
+		return false;
+	*out = *ap;
+	ap->kind = 0;
+	return true;
+}
+
 static __always_inline __u64 conn_map_key(__u32 tgid, int fd)
 {
 	return ((__u64)tgid << 32) | (__u32)fd;

@@ -74,7 +74,7 @@ static __always_inline int pipe_remember(int fd, __u64 ptr, __u32 kind, __u32 cn
 		.enter_ns = bpf_ktime_get_ns(), .ptr = ptr, .fd = fd, .kind = kind | ARG_PIPE,
 		.count = cnt,
 	};
-	bpf_map_update_elem(&inflight, &id, &a, BPF_ANY);
+	stash_args(id, &a);
 	return 0;
 }
 
