@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import NamedTuple
 
+from otel_ebpf import _fast
 from otel_ebpf.protocols.base import (
     ConnInfo,
     Direction,
@@ -18,7 +19,6 @@ from otel_ebpf.protocols.base import (
     Role,
     SmallDeque,
 )
-from otel_ebpf import _fast
 from otel_ebpf.protocols.registry import Registry
 from otel_ebpf.telemetry import Stats
 

@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+
 from otel_ebpf import _fast
 from otel_ebpf.kernel import abi
 
@@ -66,7 +67,7 @@ def test_same_events_as_abi_decode(records):
     assert got == want
     # the named tuples are the same classes, field for field (not merely equal tuples)
     assert [type(e) for e in got[0]] == [type(e) for e in want[0]]
-    for g, w in zip(got[0], want[0]):
+    for g, w in zip(got[0], want[0], strict=True):
         # process events are dataclasses, the rest named tuples: compare their fields' types
         g, w = (dataclasses.astuple(e) if dataclasses.is_dataclass(e) else e for e in (g, w))
         assert [type(x) for x in g] == [type(x) for x in w]

@@ -21,7 +21,15 @@ def replay(name: str):
     if not path.exists() or not meta.exists():  # committed with the tests: never optional
         pytest.fail(f"no {path.name} fixture (re-record with fixtures/record.py)")
     roles = {role: int(pid) for pid, role in json.loads(meta.read_text())["roles"].items()}
-    parser = RTPSParser()
+    drivers = drive(RTPSParser(), path)
+    spans = [span for driver in drivers for span in driver.spans()]
+    errors = sum(driver.invalid for driver in drivers)
+    return spans, roles, errors
+
+
+def drive(parser: RTPSParser, path: Path) -> list[ConnectionDriver]:
+    """The recording at `path` through `parser`, each (pid, fd) its own connection, closed
+    at the end: the drivers, in the order their connections first appear."""
     drivers: dict[tuple[int, int], ConnectionDriver] = {}
     positions: dict[tuple[int, int, Direction], int] = {}
     for line in path.read_text().splitlines():
@@ -40,9 +48,7 @@ def replay(name: str):
         driver.stitch(0)
     for driver in drivers.values():
         driver.close()
-    spans = [span for driver in drivers.values() for span in driver.spans()]
-    errors = sum(driver.invalid for driver in drivers.values())
-    return spans, roles, errors
+    return list(drivers.values())
 
 
 def of(spans, pid: int, kind: SpanKind, name: str | None = None):

@@ -5,7 +5,6 @@ small enough that the tables evict."""
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from pathlib import Path
 
@@ -13,11 +12,11 @@ import pytest
 from cachetools import Cache
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from otel_ebpf.protocols.base import Direction, Role
 from otel_ebpf.protocols.common import BoundedTable
 from otel_ebpf.protocols.rtps import RTPSParser
 from otel_ebpf.protocols.rtps.table import LruTable
-from otel_ebpf.protocols.testing import ConnectionDriver, conn_info
+
+from .test_rtps_fixtures import drive
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SHARED_TABLES = ("sent", "received", "nacked", "loss", "prefixes")
@@ -73,27 +72,10 @@ class ReferenceParser(RTPSParser):
 
 
 def replay(parser: RTPSParser, name: str) -> tuple[list, dict]:
-    drivers: dict[tuple[int, int], ConnectionDriver] = {}
-    positions: dict[tuple, int] = {}
-    for line in (FIXTURES / f"{name}.jsonl").read_text().splitlines():
-        ev = json.loads(line)
-        key = (ev["pid"], ev["fd"])
-        driver = drivers.get(key)
-        if driver is None:
-            driver = drivers[key] = ConnectionDriver(parser, conn_info(
-                role=Role.UNKNOWN, pid=ev["pid"], fd=ev["fd"], transport="datagram"))
-        direction = Direction.EGRESS if ev["direction"] == "out" else Direction.INGRESS
-        pos = positions.get((*key, direction), 0)
-        positions[(*key, direction)] = pos + ev["len"]
-        driver.connection.on_data(direction, pos, ev["len"], bytes.fromhex(ev["hex"]),
-                                  ev["ts_ns"], ev["ts_ns"], 0, driver.registry, driver.stats,
-                                  peer=tuple(ev["peer"]) if ev["peer"] else None)
-        driver.stitch(0)
-    for driver in drivers.values():
-        driver.close()
+    drivers = drive(parser, FIXTURES / f"{name}.jsonl")
     spans = [(s.name, s.kind, s.start_ns, s.end_ns, s.conn.pid, s.attributes, s.status,
               s.message_id, s.measurements)
-             for driver in drivers.values() for s in driver.spans()]
+             for driver in drivers for s in driver.spans()]
     return spans, parser.shared.drain()
 
 
