@@ -112,7 +112,7 @@ _RECEIVER = _Map(
             # the launch probes (the hottest call) attached duty_cycle of every period, the
             # counts scaled by the time really attached: estimates, marked so; 1 = exact
             "launches": _Map({
-                "duty_cycle": _Ratio(0.05),
+                "duty_cycle": _Ratio(0.02),
                 "period": _Duration("100ms", "1h", "1s"),
             }, after=lambda tree, path, ctx: _check_launch_duty(tree, path, ctx)),
         }),

@@ -35,7 +35,7 @@ def gpu_error(text: str, environ: dict | None = None) -> ConfigError:
 
 def test_launch_duty_defaults_and_values():
     r = gpu("enabled: true\n")
-    assert (r.gpu_launch_duty_cycle, r.gpu_launch_period_s) == (0.05, 1.0)
+    assert (r.gpu_launch_duty_cycle, r.gpu_launch_period_s) == (0.02, 1.0)
     r = gpu("launches: {duty_cycle: 0.2, period: 500ms}\n")
     assert (r.gpu_launch_duty_cycle, r.gpu_launch_period_s) == (0.2, 0.5)
     assert gpu("launches: {duty_cycle: 1}\n").gpu_launch_duty_cycle == 1.0
