@@ -30,7 +30,7 @@ FOREVER_NS = 2**63 - 1
 MAX_PARSE_STEPS = 10_000  # per feed: a parser that never advances cannot hang the agent
 RESYNC_TAIL = 16  # bytes kept when resync finds nothing: a message start may be cut there
 # a syscall's bytes, all captured, right at the head of a stream inside a message (a body
-# piece): parsed from the payload itself, without the stream's buffer (Connection._piece);
+# piece): parsed from the payload itself, without the stream's buffer (Connection._whole);
 # False: the general path, its reference (tests compare the two)
 PIECE_STEP = True
 # enum members as module constants: looking a member up on its class costs ~0.2 µs
@@ -158,18 +158,10 @@ class Connection:
             end = pos + len(tail)
         elif (pos == stream.head and msg_len and len(payload) == msg_len and stream.started
               and not stream.buf and not stream.queue and not self.resync[direction]
-              and not self.pending[direction]):
-            if stream.times or self.frame_start[direction] is not None:
-                if PIECE_STEP:
-                    self._piece(direction, _tuple_new(Chunk, (pos, end, payload, start_ns,
-                                                              end_ns, seq, tid, task)), stats)
-                    return
-                stream.add(_tuple_new(Chunk, (pos, end, payload, start_ns, end_ns, seq, tid,
-                                              task)))
-                self._parse(direction, stats)
-                self._finish_pending(direction)
-                return
-            whole = self.whole
+              and not self.pending[direction]
+              and (PIECE_STEP or (not stream.times and self.frame_start[direction] is None))):
+            inside = bool(stream.times) or self.frame_start[direction] is not None
+            whole = None if inside else self.whole
             if whole is not None:
                 frame = whole(direction, payload, self.state, pos, start_ns, end_ns, seq, tid,
                               task)
@@ -184,18 +176,21 @@ class Connection:
                     return
             # a Chunk of every field, without its __new__'s Python frame
             self._whole(direction, _tuple_new(Chunk, (pos, end, payload, start_ns, end_ns, seq,
-                                                      tid, task)), stats)
+                                                      tid, task)), stats, inside)
             return
         stream.add(_tuple_new(Chunk, (pos, end, payload, start_ns, end_ns, seq, tid, task)))
         self._parse(direction, stats)
         self._finish_pending(direction)
 
-    def _whole(self, direction: Direction, chunk: Chunk, stats: Stats) -> None:
-        """A syscall's bytes, all captured, right where an empty stream stands (nothing
-        buffered, queued, pending or being resynced): the usual event. The same steps as
-        Stream.add, _parse and _finish_pending, without the stream's bookkeeping when the
-        parser makes one frame of exactly these bytes (else the general loop goes on from
-        the parser's answer)."""
+    def _whole(self, direction: Direction, chunk: Chunk, stats: Stats,
+               inside: bool = False) -> None:
+        """A syscall's bytes, all captured, right at the head of a stream that holds nothing
+        buffered, queued, pending or being resynced: the usual event. The same steps as
+        Stream.add, _parse and _finish_pending, parsed from the payload itself: when the
+        parser makes one frame of exactly these bytes (a whole message; not `inside` one
+        already started), or takes them all and ends no frame (a body piece, `inside` a
+        message), they never reach the stream's buffer; else the general loop goes on from
+        the parser's answer."""
         stream = self.streams[direction]
         if chunk.end > stream.known_end:
             stream.known_end = chunk.end
@@ -205,44 +200,27 @@ class Connection:
         step = self.parser.parse(direction, view, self.state)  # type: ignore[union-attr]
         view.release()
         result, frame, consumed = step
-        if result is _FRAME and frame is not None \
-                and consumed == chunk.end - chunk.pos:
-            # stamped as _stamp_start and _finish_pending do: first and last byte its own
-            frame.direction, frame.stream_pos = direction, chunk.pos
-            frame.start_ns, frame.tid, frame.task = chunk.start_ns, chunk.tid, chunk.task
-            frame.tcp_seq = None if chunk.tcp_seq is None else chunk.tcp_seq & 0xFFFFFFFF
-            stream.head = chunk.end
-            stream.times.clear()  # prune(head): the chunk ends there
-            frame.end_ns = max(chunk.end_ns, frame.start_ns)
-            frame.size = frame.size or consumed
-            self.state.frames[direction].append(frame)  # type: ignore[union-attr]
-            if self.frames_out is not None:
-                self.frames_out.append((self.info, frame))
-            return
-        stream.buf += chunk.data  # what Stream._fill puts there
-        self._parse(direction, stats, step)
-        self._finish_pending(direction)
-
-    def _piece(self, direction: Direction, chunk: Chunk, stats: Stats) -> None:
-        """A syscall's bytes, all captured, right at the head of a stream that holds
-        nothing buffered, queued, pending or being resynced, inside a message (a frame
-        started, or chunks kept for its times): the same steps as Stream.add, _parse and
-        _finish_pending, without copying the bytes into the stream's buffer when the
-        parser takes them all and ends no frame there (a body piece)."""
-        stream = self.streams[direction]
-        if chunk.end > stream.known_end:
-            stream.known_end = chunk.end
-        stream.last_end_ns = chunk.end_ns
-        stream.times.append(chunk)
-        view = memoryview(chunk.data)
-        step = self.parser.parse(direction, view, self.state)  # type: ignore[union-attr]
-        view.release()
-        if step[0] is _NEED_MORE and step[2] == chunk.end - chunk.pos:
-            if self.frame_start[direction] is None:
-                self.frame_start[direction] = self._start_at(stream, stream.head)
-            stream.head = chunk.end
-            stream.prune(chunk.end)  # _finish_pending's, with nothing pending
-            return
+        if consumed == chunk.end - chunk.pos:
+            if inside:
+                if result is _NEED_MORE:  # a body piece
+                    if self.frame_start[direction] is None:
+                        self.frame_start[direction] = self._start_at(stream, stream.head)
+                    stream.head = chunk.end
+                    stream.prune(chunk.end)  # _finish_pending's, with nothing pending
+                    return
+            elif result is _FRAME and frame is not None:
+                # stamped as _stamp_start and _finish_pending do: first and last byte its own
+                frame.direction, frame.stream_pos = direction, chunk.pos
+                frame.start_ns, frame.tid, frame.task = chunk.start_ns, chunk.tid, chunk.task
+                frame.tcp_seq = None if chunk.tcp_seq is None else chunk.tcp_seq & 0xFFFFFFFF
+                stream.head = chunk.end
+                stream.times.clear()  # prune(head): the chunk ends there
+                frame.end_ns = max(chunk.end_ns, frame.start_ns)
+                frame.size = frame.size or consumed
+                self.state.frames[direction].append(frame)  # type: ignore[union-attr]
+                if self.frames_out is not None:
+                    self.frames_out.append((self.info, frame))
+                return
         stream.buf += chunk.data  # what Stream._fill puts there
         self._parse(direction, stats, step)
         self._finish_pending(direction)

@@ -1,7 +1,8 @@
 """The step that takes every whole chunk at the buffer's head at once (parse._chunks)
 against its reference, the steps that take a chunk's size line, data and CRLF one by one
-(parse._ONE_CHUNK_STEPS), and the tracker's step for a body piece (Connection._piece,
-PIECE_STEP) against its general path (Stream.add, _parse, _finish_pending): the same spans over the recorded chat-completions stream, whole
+(parse._ONE_CHUNK_STEPS), and the tracker's step for a body piece (Connection._whole
+inside a message, PIECE_STEP) against its general path (Stream.add, _parse,
+_finish_pending): the same spans over the recorded chat-completions stream, whole
 and cut into random syscalls, and over random chunked bodies (kept by the LLM layer or
 skipped) cut at random points, with bytes lost and size lines broken."""
 
