@@ -364,26 +364,64 @@ def positional_maker(cls: type, names: tuple[str, ...]) -> Callable[..., Any]:
     fields `names`, given in that order, every other field at its default: what
     `cls(name=value, ...)` builds, about 4x faster. Calling a class with keywords goes
     through its __init__ slot with a tuple and a dict made for the call; this is a plain
-    function call, and the fields are set as __init__ sets them."""
+    call (in C where the agent's extensions are built, otel_ebpf/_fast/maker.c, else a
+    generated Python function, python_maker), and the fields are set as __init__ sets
+    them, positional arguments only."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     missing = [n for n in names if n not in fields]
     if missing or getattr(cls, "__post_init__", None) is not None \
             or cls.__dataclass_params__.frozen:
         raise TypeError(f"positional_maker({cls.__name__}): {missing or 'not plain'}")
-    env: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
-    lines = [f"def make({', '.join(names)}):", "    o = _new(_cls)"]
+    # one (name, source, what) per field, in field order: an argument's position, a
+    # default (1) or a default factory (2)
+    plan: list[tuple[str, int, Any]] = []
     for name, f in fields.items():
         if name in names:
-            value = name
+            plan.append((name, 0, names.index(name)))
         elif f.default is not dataclasses.MISSING:
-            env[f"_d_{name}"] = f.default
-            value = f"_d_{name}"
+            plan.append((name, 1, f.default))
         elif f.default_factory is not dataclasses.MISSING:
-            env[f"_f_{name}"] = f.default_factory
-            value = f"_f_{name}()"
+            plan.append((name, 2, f.default_factory))
         else:
             raise TypeError(f"positional_maker({cls.__name__}): {name} has no default")
+    compiled = _compiled_maker()
+    if compiled is not None:
+        try:
+            return compiled(cls, tuple(names), tuple(plan))
+        except TypeError:  # a field that is not a plain slot: the Python path sets it
+            pass
+    return python_maker(cls, tuple(names), plan)
+
+
+def python_maker(cls: type, names: tuple[str, ...],
+                 plan: list[tuple[str, int, Any]]) -> Callable[..., Any]:
+    """positional_maker's Python implementation, the reference of otel_ebpf/_fast/maker.c:
+    a function generated from the field names, as dataclasses generates __init__."""
+    env: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    lines = [f"def make({', '.join(names)}):", "    o = _new(_cls)"]
+    for name, source, what in plan:
+        if source == 0:
+            value = name
+        elif source == 1:
+            env[f"_d_{name}"] = what
+            value = f"_d_{name}"
+        else:
+            env[f"_f_{name}"] = what
+            value = f"_f_{name}()"
         lines.append(f"    o.{name} = {value}")
     lines.append("    return o")
     exec("\n".join(lines), env)  # noqa: S102 - code made from field names, as dataclasses does
-    return env["make"]
+    make = env["make"]
+    make.names = names  # as the compiled maker's
+    return make
+
+
+def _compiled_maker() -> Callable[..., Any] | None:
+    """otel_ebpf._fast.maker.Maker, or None when the agent's C extensions are not built
+    (or OTEL_EBPF_PURE_PYTHON is set): a plugin loaded on its own keeps the Python path."""
+    try:
+        from otel_ebpf import _fast
+    except ImportError:
+        return None
+    module = _fast.maker
+    return None if module is None else module.Maker

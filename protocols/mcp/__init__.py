@@ -47,8 +47,19 @@ VERSION_HEADER = "mcp-protocol-version"
 UNANSWERED = "otel_ebpf.mcp.unanswered"  # ours: no answer was seen before its stream ended
 
 
-def _under(path: str, paths: tuple[str, ...]) -> bool:
-    return any(path == p or path.startswith(p + "/") or p == "/" for p in paths)
+class _Under:
+    """Whether a request path is one of `paths` or below one, read once per HTTP request
+    of every connection: a set lookup and one startswith, no generator per call."""
+
+    __slots__ = ("exact", "prefixes", "everything")
+
+    def __init__(self, paths: tuple[str, ...]) -> None:
+        self.exact = frozenset(paths)
+        self.prefixes = tuple(p + "/" for p in paths)
+        self.everything = "/" in self.exact
+
+    def __call__(self, path: str) -> bool:
+        return self.everything or path in self.exact or path.startswith(self.prefixes)
 
 
 class MCPLayer(HTTPLayer):
@@ -75,6 +86,8 @@ class MCPLayer(HTTPLayer):
         o = self.options
         self.paths, self.sse_paths = o["paths"], o["sse_paths"]
         self.message_paths = o["message_paths"]
+        self._in_paths, self._in_sse = _Under(self.paths), _Under(self.sse_paths)
+        self._in_messages = _Under(self.message_paths)
         self.content = Content(o["capture_content"], o["max_content_bytes"])
         self.body_limit = o["body_limit"]
         self.pairs = Pairs(o["max_pending"])
@@ -85,11 +98,11 @@ class MCPLayer(HTTPLayer):
         if not post and method != "GET":
             return False
         path = target.partition("?")[0].rstrip("/") or "/"
-        if _under(path, self.paths):
+        if self._in_paths(path):
             return True
         if post:  # HTTP+SSE messages name their session; other POSTs there are not MCP's
-            return _under(path, self.message_paths) and bool(session_of_target(target))
-        return _under(path, self.sse_paths)
+            return self._in_messages(path) and bool(session_of_target(target))
+        return self._in_sse(path)
 
     def capture_prefixes(self) -> tuple[str, ...]:
         # the kernel matches 8 bytes of the request target: a shorter path is matched

@@ -1,5 +1,6 @@
 """protocols.base.positional_maker builds what the dataclass's own constructor builds: the
-same fields, the same defaults, a fresh object for each mutable default."""
+same fields, the same defaults, a fresh object for each mutable default; its compiled
+implementation (otel_ebpf/_fast/maker.c) builds what its Python one (python_maker) does."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import dataclasses
 import importlib
 
 import pytest
-from otel_ebpf.protocols.base import ConnInfo, NeutralSpan, positional_maker
+from otel_ebpf.protocols.base import ConnInfo, NeutralSpan, positional_maker, python_maker
 
+from otel_ebpf import _fast
 from otel_ebpf.correlate import joiner
 
 # the modules, not the package's functions of the same names
@@ -21,13 +23,17 @@ def _fields(obj) -> dict:
     return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
 
 
-@pytest.mark.parametrize("maker, cls", [
+MAKERS = [
     (parse._new_request, parse.HTTPRequest), (parse._new_response, parse.HTTPResponse),
+    (parse._whole_request, parse.HTTPRequest), (parse._whole_response, parse.HTTPResponse),
     (spans._new_span, NeutralSpan), (stitch._new_record, stitch.HTTPRecord),
     (joiner._new_request, joiner.Request),
-])
+]
+
+
+@pytest.mark.parametrize("maker, cls", MAKERS)
 def test_the_makers_build_what_the_constructors_build(maker, cls):
-    names = maker.__code__.co_varnames[: maker.__code__.co_argcount]
+    names = maker.names
     values = [object() for _ in names]
     made, built = maker(*values), cls(**dict(zip(names, values, strict=True)))
     assert type(made) is cls
@@ -45,3 +51,36 @@ def test_only_plain_dataclasses_and_known_fields():
         positional_maker(NeutralSpan, ("no_such_field",))
     with pytest.raises(TypeError):
         positional_maker(NeutralSpan, ("name",))  # kind, times and conn have no default
+
+
+def _plan(cls, names):
+    plan = []
+    for f in dataclasses.fields(cls):
+        if f.name in names:
+            plan.append((f.name, 0, names.index(f.name)))
+        elif f.default is not dataclasses.MISSING:
+            plan.append((f.name, 1, f.default))
+        else:
+            plan.append((f.name, 2, f.default_factory))
+    return plan
+
+
+@pytest.mark.skipif(_fast.maker is None, reason="the C extensions are not built (pure Python)")
+@pytest.mark.parametrize("maker, cls", MAKERS)
+def test_the_compiled_maker_builds_what_the_python_one_builds(maker, cls):
+    assert type(maker) is _fast.maker.Maker  # the agent's own makers take the C path
+    reference = python_maker(cls, maker.names, _plan(cls, maker.names))
+    values = [object() for _ in maker.names]
+    made, expected = maker(*values), reference(*values)
+    assert type(made) is type(expected) is cls
+    assert _fields(made) == _fields(expected)  # a factory's fresh value equals its twin
+    again = maker(*values)
+    for f in dataclasses.fields(cls):  # factories called for each object, as Python does
+        if f.default_factory is not dataclasses.MISSING and f.name not in maker.names:
+            assert getattr(made, f.name) is not getattr(again, f.name)
+    with pytest.raises(TypeError):
+        maker(*values[:-1])
+    with pytest.raises(TypeError):
+        maker(*values, None)
+    with pytest.raises(TypeError):
+        maker(*values[:-1], **{maker.names[-1]: values[-1]})
