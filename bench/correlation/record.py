@@ -20,7 +20,7 @@ Nothing in the agent changes but these records (`run.py --record` starts it this
 `--explain` prints, for every CLIENT span of the bench whose in-process parent is wrong or
 left ambiguous, its decision and the history of its Context (every birth of that address
 and of its ancestors, the frames written in it), so the cause can be read from evidence.
-`replay(path)` feeds the recorded inputs to a fresh Correlator (tests build on it).
+`inputs(load(path))` gives the recorded inputs back as `Correlator.observe` takes them.
 """
 
 from __future__ import annotations

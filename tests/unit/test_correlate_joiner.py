@@ -334,3 +334,36 @@ def test_a_read_whose_context_is_not_known_binds_nothing():
                 (TaskNew(pid=2, tid=7, ts_ns=1_100, task=0xB, parent=0x50),
                  LastRead(SERVER.key, 0, 40, ns=900))])
     assert not c.task_reads
+
+
+def test_a_connections_reader_context_made_after_another_read_stays_unbound():
+    """A keep-alive connection's reader Context is copied when it is accepted, from the
+    accept's Context, maybe right after another connection's read and before that read's
+    task. Had it taken the read, every request later read on the connection would have a
+    task copied from a Context bound to a request long answered (all its calls ambiguous),
+    and request 1's task none. It takes nothing; each request's task takes its own read."""
+    from otel_ebpf.conntrack.table import LastRead
+    from otel_ebpf.kernel.abi import TaskNew
+
+    c = Correlator(Stats())
+    reader_a, accept, reader_b = 0x50, 0x60, 0x70
+    read_1 = LastRead(SERVER.key, 0, 40, ns=900, context=reader_a)  # request 1 on fd 4
+    c.on_tasks([
+        (TaskNew(pid=2, tid=7, ts_ns=1_000, task=reader_b, parent=accept), read_1),  # fd 5
+        (TaskNew(pid=2, tid=7, ts_ns=1_100, task=0xA, parent=reader_a), read_1),  # 1's task
+    ])
+    assert set(c.task_reads) == {(2, 0xA)}
+    c.on_frames([request(SERVER, 10, 20, tid=7, seq=1), response(SERVER, 25, 7)], now_ns=0)
+    # the second connection's first request, read in its reader's Context
+    c.on_tasks([(TaskNew(pid=2, tid=7, ts_ns=5_000, task=0xB, parent=reader_b),
+                 LastRead(SERVER_B.key, 0, 40, ns=4_900, context=reader_b)),
+                (TaskNew(pid=2, tid=7, ts_ns=5_100, task=0xF, parent=0xB), None)])  # to_thread
+    call = frame(Direction.EGRESS, 60, 61, 8, seq=2)
+    call.task = 0xF
+    c.on_frames([request(SERVER_B, 50, 55, tid=7, seq=5), request(SERVER, 52, 56, 7, 9, pos=40),
+                 (OUT, call)], now_ns=0)
+    server_b, call_span = span(SERVER_B), span(OUT)
+    c.on_spans([call_span, server_b], now_ns=0)
+    c.flush()
+    assert call_span.parent_span_id == server_b.span_id
+    assert call_span.attributes["otel_ebpf.correlation"] == "task"
