@@ -229,7 +229,9 @@ class Correlator:
     def on_tasks(self, births: list[tuple[TaskNew, TaskRead | None]]) -> None:
         """asyncio tasks as they are born. One created by a running task serves what that
         task serves; one created by a loop callback serves the request whose first bytes
-        the thread had just read (uvicorn and aiohttp create a task per request there)."""
+        the thread had just read in that callback's Context (uvicorn creates a task per
+        request there; aiohttp creates it in the connection's handler task, which nothing
+        seen ties to the read: its calls get no task evidence)."""
         for birth, read in births:
             self._birth(birth, read)
 
