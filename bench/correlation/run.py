@@ -44,15 +44,22 @@ class LevelResult:
     workdir: Path
 
 
-def start_agent(workdir: Path, ports: list[int], timeout_s: float = AGENT_START_TIMEOUT_S
-                ) -> AgentRun:
+def start_agent(workdir: Path, ports: list[int], timeout_s: float = AGENT_START_TIMEOUT_S,
+                record: bool = False) -> AgentRun:
     """The real agent, selecting `ports`, writing spans and metrics to workdir/traces.jsonl;
-    returns once it printed `otel-ebpf ready`."""
+    returns once it printed `otel-ebpf ready`. With `record`, its correlator's inputs and
+    decisions go to workdir/correlation.jsonl (bench/correlation/record.py)."""
     traces, cfg, err = workdir / "traces.jsonl", workdir / "agent.yaml", workdir / "agent.err"
     cfg.write_text(agent_config(traces, ports))
+    command, env = [str(VENV_BIN / "otel-ebpf"), "run", "-c", str(cfg)], None
+    if record:
+        command[:1] = [str(VENV_BIN / "python"), "-m", "bench.correlation.record"]
+        path = os.environ.get("PYTHONPATH")
+        env = {**os.environ, "BENCH_CORRELATION_RECORD": str(workdir / "correlation.jsonl"),
+               "PYTHONPATH": f"{REPO}{os.pathsep + path if path else ''}"}
     with err.open("w") as err_file:
-        proc = subprocess.Popen([str(VENV_BIN / "otel-ebpf"), "run", "-c", str(cfg)],
-                                stdout=subprocess.DEVNULL, stderr=err_file, cwd=workdir)
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err_file,
+                                cwd=workdir, env=env)
     run = AgentRun(proc, traces, err)
     deadline = time.monotonic() + timeout_s
     while "otel-ebpf ready" not in run.stderr:
@@ -65,10 +72,10 @@ def start_agent(workdir: Path, ports: list[int], timeout_s: float = AGENT_START_
 
 
 def run_level(concurrency: int, requests: int, workdir: Path, deadline_s: float,
-              legacy_every: int) -> LevelResult:
+              legacy_every: int, record: bool = False) -> LevelResult:
     workdir.mkdir(parents=True, exist_ok=True)
     ports = pick_ports()
-    agent = start_agent(workdir, sorted(ports.values()))
+    agent = start_agent(workdir, sorted(ports.values()), record=record)
     topo = None
     try:
         topo = start_topology(workdir, ports)
@@ -150,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--python", help="the interpreter the services run on (a venv's python "
                    "with fastapi, uvicorn, httpx, requests, flask, gunicorn); default: this one")
     p.add_argument("--out", type=Path, help="append the Markdown tables to this file")
+    p.add_argument("--record", action="store_true",
+                   help="record the correlator's inputs and decisions, then print the evidence "
+                   "behind each wrong or ambiguous in-process parent (bench/correlation/record.py)")
     a = p.parse_args(argv)
     if a.python:
         os.environ["BENCH_SERVICE_PYTHON"] = a.python
@@ -170,9 +180,13 @@ def main(argv: list[str] | None = None) -> int:
     for level in levels:
         print(f"\nconcurrency {level}: {a.requests} requests ...", flush=True)
         result = run_level(level, a.requests, workdir / f"c{level}", a.deadline,
-                           a.legacy_every)
+                           a.legacy_every, a.record)
         results.append(result)
         print(level_markdown(result), flush=True)
+    if a.record:
+        from bench.correlation.record import explain
+
+        explain(workdir)
     if a.out:
         with a.out.open("a") as f:
             f.write(results_markdown(results, command.strip()))

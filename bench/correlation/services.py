@@ -66,9 +66,28 @@ def fake_embedding(text: str) -> list[float]:
 
 # ---- gateway: async def endpoint, one shared httpx.AsyncClient (asyncio shape) ----------
 
+def _fastapi():
+    """FastAPI, or None where it cannot be imported (its pydantic_core has no wheel for the
+    interpreter): the gateway and rag then run on Starlette, which FastAPI is built on. The
+    shapes are the same: an `async def` endpoint runs in the request's task, a `def` one in
+    the threadpool through `run_in_threadpool` (anyio's `to_thread`, a copied Context)."""
+    try:
+        from fastapi import FastAPI
+    except ImportError:
+        return None
+    return FastAPI
+
+
+def _starlette(routes: list):
+    from starlette.applications import Starlette
+
+    return Starlette(routes=routes)
+
+
 def make_gateway():
     import httpx
-    from fastapi import FastAPI
+
+    FastAPI = _fastapi()  # noqa: N806
 
     truth = Truth("gateway")
     client: dict[str, httpx.AsyncClient] = {}
@@ -79,9 +98,6 @@ def make_gateway():
                 timeout=TIMEOUT_S, limits=httpx.Limits(max_connections=200))
         return client["c"]
 
-    app = FastAPI()
-
-    @app.get("/ask")
     async def ask(rid: str, q: str = "hello", legacy: int = 0) -> dict:
         c = await http()
         child = truth.child(rid, "asyncio", "rag")
@@ -95,6 +111,18 @@ def make_gateway():
             out["legacy"] = r.json()
         return out
 
+    if FastAPI is None:  # Starlette alone: the request's task runs the endpoint all the same
+        from starlette.responses import JSONResponse
+        from starlette.routing import Route
+
+        async def endpoint(request):
+            q = request.query_params
+            return JSONResponse(await ask(q["rid"], q.get("q", "hello"),
+                                          int(q.get("legacy", 0))))
+
+        return _starlette([Route("/ask", endpoint)])
+    app = FastAPI()
+    app.get("/ask")(ask)
     return app
 
 
@@ -102,8 +130,8 @@ def make_gateway():
 
 def make_rag():
     import requests
-    from fastapi import Body, FastAPI
 
+    FastAPI = _fastapi()  # noqa: N806
     truth = Truth("rag")
     local = threading.local()
 
@@ -112,10 +140,7 @@ def make_rag():
             local.s = requests.Session()
         return local.s
 
-    app = FastAPI()
-
-    @app.post("/rag")
-    def rag(rid: str, body: dict = Body(...)) -> dict:  # noqa: B008
+    def rag(rid: str, body: dict) -> dict:
         s = session()
         child = truth.child(rid, "threadpool", "embedder")
         r = s.post(url("embedder", "/embed", child), json={"text": body.get("q", "")},
@@ -140,6 +165,25 @@ def make_rag():
                     delta = json.loads(line[6:])["choices"][0]["delta"]
                     words.append(delta.get("content", ""))
         return {"answer": "".join(words)}
+
+    if FastAPI is None:  # Starlette alone: a `def` endpoint runs in its threadpool too
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import JSONResponse
+        from starlette.routing import Route
+
+        async def endpoint(request):
+            body = await request.json()
+            return JSONResponse(await run_in_threadpool(rag, request.query_params["rid"],
+                                                        body))
+
+        return _starlette([Route("/rag", endpoint, methods=["POST"])])
+    from fastapi import Body
+
+    app = FastAPI()
+
+    @app.post("/rag")
+    def rag_endpoint(rid: str, body: dict = Body(...)) -> dict:  # noqa: B008
+        return rag(rid, body)
 
     return app
 

@@ -20,12 +20,14 @@ _INGRESS = Direction.INGRESS
 
 
 class LastRead(NamedTuple):
-    """A read syscall: the connection, the stream positions it moved, when it returned."""
+    """A read syscall: the connection, the stream positions it moved, when it returned, and
+    the contextvars.Context the thread ran in (its address, 0: not known)."""
 
     key: Key
     pos: int
     end: int
     ns: int
+    context: int = 0
 
 
 def conn_info(ev: abi.ConnOpen) -> ConnInfo:
@@ -104,7 +106,7 @@ class ConnTable:
                     self.to_mute.append(key)
                 if direction is _INGRESS:
                     # what a thread read last: a loop callback creating a task works on it
-                    last_read[tid] = _tuple_new(LastRead, (key, pos, pos + msg_len, exit_ns))
+                    last_read[tid] = _tuple_new(LastRead, (key, pos, pos + msg_len, exit_ns, task))
                     last_read.move_to_end(tid)
                     if len(last_read) > LAST_READ_THREADS:
                         last_read.popitem(last=False)

@@ -229,7 +229,9 @@ class Correlator:
     def on_tasks(self, births: list[tuple[TaskNew, TaskRead | None]]) -> None:
         """asyncio tasks as they are born. One created by a running task serves what that
         task serves; one created by a loop callback serves the request whose first bytes
-        the thread had just read (uvicorn and aiohttp create a task per request there)."""
+        the thread had just read in that callback's Context (uvicorn creates a task per
+        request there; aiohttp creates it in the connection's handler task, which nothing
+        seen ties to the read: its calls get no task evidence)."""
         for birth, read in births:
             self._birth(birth, read)
 
@@ -238,12 +240,14 @@ class Correlator:
         self.task_reads.pop(key, None)  # an address reused by a new task
         origin = self.task_reads.get((birth.pid, birth.parent)) if birth.parent else None
         # a Context copied from one that serves no request: a loop callback's (the one
-        # the loop runs a protocol's data_received in) creating a request's task. Only the
-        # first such copy after a read takes it: a loop callback of another connection
-        # (an accept's call_soon) copied after it would otherwise pass the request on to
-        # every Context made from its own
-        if origin is None and read is not None \
-                and 0 <= birth.ts_ns - read.ns <= TASK_AFTER_READ_NS:
+        # the loop runs a protocol's data_received in) creating a request's task. The
+        # callback made the read in the very Context the copy is made from: a copy from
+        # any other Context after the read (an accept's call_soon for another connection,
+        # the loop's own work in its base Context) is not made for that read, and would
+        # pass its request on to every Context made from its own. Only the first such copy
+        # after a read takes it (a callback copies more than once: timers, call_soon)
+        if origin is None and read is not None and read.context == birth.parent \
+                and birth.parent and 0 <= birth.ts_ns - read.ns <= TASK_AFTER_READ_NS:
             taken = (read.key, read.pos)
             if taken not in self.reads_taken:
                 self.reads_taken[taken] = None

@@ -200,10 +200,10 @@ def test_asyncio_task_born_for_a_request_makes_its_calls():
 
     c = Correlator(Stats())
     births = [
-        (TaskNew(pid=2, tid=7, ts_ns=1_000, task=0xA, parent=0),
-         LastRead(SERVER.key, 0, 40, ns=900)),
-        (TaskNew(pid=2, tid=7, ts_ns=2_000, task=0xB, parent=0),
-         LastRead(SERVER_B.key, 0, 40, ns=1_900)),
+        (TaskNew(pid=2, tid=7, ts_ns=1_000, task=0xA, parent=0x50),
+         LastRead(SERVER.key, 0, 40, ns=900, context=0x50)),  # read in the reader's 0x50
+        (TaskNew(pid=2, tid=7, ts_ns=2_000, task=0xB, parent=0x51),
+         LastRead(SERVER_B.key, 0, 40, ns=1_900, context=0x51)),
         (TaskNew(pid=2, tid=7, ts_ns=3_000, task=0xC, parent=0xB), None),  # B's child task
     ]
     c.on_tasks(births)
@@ -225,8 +225,8 @@ def test_task_born_long_after_the_read_is_not_bound():
     from otel_ebpf.kernel.abi import TaskNew
 
     c = Correlator(Stats())
-    c.on_tasks([(TaskNew(pid=2, tid=7, ts_ns=10**9, task=0xA, parent=0),
-                 LastRead(SERVER.key, 0, 40, ns=0))])
+    c.on_tasks([(TaskNew(pid=2, tid=7, ts_ns=10**9, task=0xA, parent=0x50),
+                 LastRead(SERVER.key, 0, 40, ns=0, context=0x50))])
     assert not c.task_reads
 
 
@@ -241,12 +241,13 @@ def test_a_reused_task_address_does_not_rebind_earlier_calls():
     call = frame(Direction.EGRESS, 30, 31, 7, seq=2)
     call.task = 0xA
     c.observe([
-        (TaskNew(pid=2, tid=7, ts_ns=1_000, task=0xA, parent=0), LastRead(SERVER.key, 0, 40, 900)),
+        (TaskNew(pid=2, tid=7, ts_ns=1_000, task=0xA, parent=0x50),
+         LastRead(SERVER.key, 0, 40, 900, context=0x50)),
         request(SERVER, 10, 20, tid=7, seq=1),
         request(SERVER_B, 12, 22, tid=7, seq=5),
         (out, call),
-        (TaskNew(pid=2, tid=7, ts_ns=2_000, task=0xA, parent=0),
-         LastRead(SERVER_B.key, 0, 40, 1_900)),
+        (TaskNew(pid=2, tid=7, ts_ns=2_000, task=0xA, parent=0x51),
+         LastRead(SERVER_B.key, 0, 40, 1_900, context=0x51)),
     ], now_ns=0)
     server, call_span = span(SERVER), span(out)
     c.on_spans([call_span, server], now_ns=0)
@@ -263,7 +264,7 @@ def test_a_context_copied_in_a_loop_callback_takes_the_read_once():
     from otel_ebpf.kernel.abi import TaskNew
 
     c = Correlator(Stats())
-    read = LastRead(SERVER.key, 0, 40, ns=900)
+    read = LastRead(SERVER.key, 0, 40, ns=900, context=0x50)  # read in the reader's 0x50
     c.on_tasks([
         (TaskNew(pid=2, tid=7, ts_ns=1_000, task=0xA, parent=0x50), read),  # the task
         (TaskNew(pid=2, tid=7, ts_ns=1_200, task=0xD, parent=0x50), read),  # call_soon
@@ -280,4 +281,89 @@ def test_a_context_copied_in_a_loop_callback_takes_the_read_once():
     c.on_spans([call_span, server], now_ns=0)
     c.flush()
     assert call_span.parent_span_id == server.span_id
+    assert call_span.attributes["otel_ebpf.correlation"] == "task"
+
+
+def test_only_a_copy_from_the_reads_own_context_takes_the_read():
+    """Recorded at concurrency 64 (CPython 3.13, uvicorn): a request is read in its
+    connection's reader Context, and in the same loop iteration the loop copies Contexts
+    from its base Context for other connections (accepts: their readers and tasks). Such a
+    copy, first after the read, took the request and handed it to the thread-pool calls of
+    another request (wrong parents), and the request's own task found the read taken
+    (ambiguous). Only a copy from the Context the read ran in takes it, in either order."""
+    from otel_ebpf.conntrack.table import LastRead
+    from otel_ebpf.kernel.abi import TaskNew
+
+    reader, base = 0x3140, 0x1D40
+    read = LastRead(SERVER.key, 0, 40, ns=1_000, context=reader)
+    task_copy = (TaskNew(pid=2, tid=7, ts_ns=1_100, task=0xA, parent=reader), read)
+    base_copy = (TaskNew(pid=2, tid=7, ts_ns=1_050, task=0xB, parent=base), read)
+    for births in ([base_copy, task_copy], [task_copy, base_copy]):
+        c = Correlator(Stats())
+        c.on_tasks([
+            *births,
+            (TaskNew(pid=2, tid=7, ts_ns=1_200, task=0xC, parent=0xB), None),  # B's task
+            (TaskNew(pid=2, tid=7, ts_ns=1_300, task=0xF, parent=0xA), None),  # to_thread
+            (TaskNew(pid=2, tid=7, ts_ns=1_400, task=0xE, parent=0xC), None),  # to_thread
+        ])
+        assert set(c.task_reads) == {(2, 0xA), (2, 0xF)}
+        mine, other = conn(2, 9, Role.CLIENT, 6000, 443), conn(2, 10, Role.CLIENT, 6001, 443)
+        call_mine = frame(Direction.EGRESS, 30, 31, 8, seq=2)  # worker threads 8 and 9
+        call_other = frame(Direction.EGRESS, 32, 33, 9, seq=3)
+        call_mine.task, call_other.task = 0xF, 0xE
+        c.on_frames([request(SERVER, 10, 20, tid=7, seq=1),
+                     request(SERVER_B, 12, 22, tid=7, seq=5),
+                     (mine, call_mine), (other, call_other)], now_ns=0)
+        server, server_b, a, b = span(SERVER), span(SERVER_B), span(mine), span(other)
+        c.on_spans([a, b, server, server_b], now_ns=0)
+        c.flush()
+        assert a.parent_span_id == server.span_id
+        assert a.attributes["otel_ebpf.correlation"] == "task"
+        assert not b.parent_span_id and b.attributes["otel_ebpf.correlation"] == "ambiguous"
+
+
+def test_a_read_whose_context_is_not_known_binds_nothing():
+    """A read the kernel could not name a Context for (0: the process's interpreter not
+    registered yet) is no evidence for any copy after it, even one made in no Context."""
+    from otel_ebpf.conntrack.table import LastRead
+    from otel_ebpf.kernel.abi import TaskNew
+
+    c = Correlator(Stats())
+    c.on_tasks([(TaskNew(pid=2, tid=7, ts_ns=1_000, task=0xA, parent=0),
+                 LastRead(SERVER.key, 0, 40, ns=900)),
+                (TaskNew(pid=2, tid=7, ts_ns=1_100, task=0xB, parent=0x50),
+                 LastRead(SERVER.key, 0, 40, ns=900))])
+    assert not c.task_reads
+
+
+def test_a_connections_reader_context_made_after_another_read_stays_unbound():
+    """A keep-alive connection's reader Context is copied when it is accepted, from the
+    accept's Context, maybe right after another connection's read and before that read's
+    task. Had it taken the read, every request later read on the connection would have a
+    task copied from a Context bound to a request long answered (all its calls ambiguous),
+    and request 1's task none. It takes nothing; each request's task takes its own read."""
+    from otel_ebpf.conntrack.table import LastRead
+    from otel_ebpf.kernel.abi import TaskNew
+
+    c = Correlator(Stats())
+    reader_a, accept, reader_b = 0x50, 0x60, 0x70
+    read_1 = LastRead(SERVER.key, 0, 40, ns=900, context=reader_a)  # request 1 on fd 4
+    c.on_tasks([
+        (TaskNew(pid=2, tid=7, ts_ns=1_000, task=reader_b, parent=accept), read_1),  # fd 5
+        (TaskNew(pid=2, tid=7, ts_ns=1_100, task=0xA, parent=reader_a), read_1),  # 1's task
+    ])
+    assert set(c.task_reads) == {(2, 0xA)}
+    c.on_frames([request(SERVER, 10, 20, tid=7, seq=1), response(SERVER, 25, 7)], now_ns=0)
+    # the second connection's first request, read in its reader's Context
+    c.on_tasks([(TaskNew(pid=2, tid=7, ts_ns=5_000, task=0xB, parent=reader_b),
+                 LastRead(SERVER_B.key, 0, 40, ns=4_900, context=reader_b)),
+                (TaskNew(pid=2, tid=7, ts_ns=5_100, task=0xF, parent=0xB), None)])  # to_thread
+    call = frame(Direction.EGRESS, 60, 61, 8, seq=2)
+    call.task = 0xF
+    c.on_frames([request(SERVER_B, 50, 55, tid=7, seq=5), request(SERVER, 52, 56, 7, 9, pos=40),
+                 (OUT, call)], now_ns=0)
+    server_b, call_span = span(SERVER_B), span(OUT)
+    c.on_spans([call_span, server_b], now_ns=0)
+    c.flush()
+    assert call_span.parent_span_id == server_b.span_id
     assert call_span.attributes["otel_ebpf.correlation"] == "task"
