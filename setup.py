@@ -25,5 +25,7 @@ setup(
                   depends=["otel_ebpf/_fast/slots.h"], extra_compile_args=FAST_FLAGS),
         Extension("otel_ebpf._fast.sse", ["otel_ebpf/_fast/sse.c"],
                   extra_compile_args=FAST_FLAGS),
+        Extension("otel_ebpf._fast.h2", ["otel_ebpf/_fast/h2.c"],
+                  depends=["otel_ebpf/_fast/slots.h"], extra_compile_args=FAST_FLAGS),
     ],
 )

@@ -6,7 +6,8 @@ Each module here is an implementation of something Python keeps as the reference
 llhttp), `conn` takes a connection's usual data event (otel_ebpf/conntrack/connection.py),
 `otlp` writes OTLP Span messages (otel_ebpf/export/otlp_proto.py), `rtps` reads RTPS
 datagrams into submessages (protocols/rtps/parse.py), `sse` splits SSE bodies into
-events (protocols/llm/stream.py). All are built by
+events (protocols/llm/stream.py), `h2` splits HTTP/2 bytes into frames
+(protocols/http2/parse.py). All are built by
 `pip install -e .` (setup.py); when they are missing (no compiler) or
 OTEL_EBPF_PURE_PYTHON=1 is set, every caller takes the Python path, which produces the
 same events, frames and spans (the differential tests check it on the same input).
@@ -35,3 +36,4 @@ otlp = _load("otlp")
 conn = _load("conn")
 rtps = _load("rtps")
 sse = _load("sse")
+h2 = _load("h2")
