@@ -14,12 +14,13 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from otel_ebpf import _fast
 from otel_ebpf.protocols.base import Direction, ParseResult, Role
 from otel_ebpf.protocols.http2 import HTTP2Parser
 from otel_ebpf.protocols.http2 import parse as h2parse
 
 from bench import stream_pipeline as sp
+from otel_ebpf import _fast
+from otel_ebpf.conntrack import connection, table
 from tests.unit.span_traffic import plain
 
 from .test_http2_fuzz import FRAGMENTS
@@ -52,7 +53,7 @@ def _plain(value, depth: int = 0):  # noqa: ANN001, ANN202
 
 def _state(state) -> dict:
     sides = [_plain(s) for s in state.sides]
-    for picture, side in zip(sides, state.sides):
+    for picture, side in zip(sides, state.sides, strict=True):
         d = side.decoder  # the HPACK table as it stands
         picture[1]["decoder"] = (list(d.entries), d.size, d.max_size, d.unknown_fields,
                                  d.errors, d.version)
@@ -127,7 +128,7 @@ def _cut(data: bytes, rng: random.Random) -> list[bytes]:
     if len(data) < 2 or rng.random() < 0.5:
         return [data]
     at = sorted(rng.sample(range(1, len(data)), min(len(data) - 1, rng.randint(1, 4))))
-    return [data[a:b] for a, b in zip([0, *at], [*at, len(data)])]
+    return [data[a:b] for a, b in zip([0, *at], [*at, len(data)], strict=True)]
 
 
 @pytest.mark.parametrize("seed", [None, 1, 2, 3])
@@ -159,8 +160,11 @@ def test_random_frames_cut_anywhere_parse_alike(make_conn, role, events, seed):
             ends.feed(direction, piece)
 
 
+@pytest.mark.parametrize("reference", ["frame loop", "syscall step", "both"])
 @pytest.mark.parametrize("seed", [None, 4])
-def test_recorded_spans_alike_through_the_agents_path(monkeypatch, seed):
+def test_recorded_spans_alike_through_the_agents_path(monkeypatch, seed, reference):
+    """The frame loop (h2.c) and the connection's syscall step (conn.c stream_step), each
+    and both against their Python references, on the recording whole and cut with losses."""
     chunks = sp.recording("grpc")
 
     def spans() -> list:
@@ -168,7 +172,33 @@ def test_recorded_spans_alike_through_the_agents_path(monkeypatch, seed):
         return plain(sp.spans_of(sp.events(chunks, 2, rng), rng))
 
     compiled = spans()
-    monkeypatch.setattr(h2parse, "COMPILED", False)
-    assert HTTP2Parser().parse is h2parse.parse
+    if reference != "syscall step":
+        monkeypatch.setattr(h2parse, "COMPILED", False)
+        assert HTTP2Parser().parse is h2parse.parse
+    if reference != "frame loop":
+        monkeypatch.setattr(table, "H2_STEP", False)
     assert spans() == compiled
     assert len(compiled) == 800 if seed is None else len(compiled) > 700  # syscalls lost
+
+
+@pytest.mark.skipif(_fast.conn is None, reason="no compiled connection step")
+def test_the_syscall_step_takes_whole_frames(monkeypatch):
+    """With the compiled step, a syscall that is one whole request or answer never reaches
+    Connection.on_data (those that do, once a message is under way, are the others)."""
+    calls = []
+    on_data = connection.Connection.on_data
+
+    def counted(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        calls.append(1)
+        return on_data(self, *args, **kwargs)
+
+    monkeypatch.setattr(connection.Connection, "on_data", counted)
+    evs = sp.events(sp.recording("grpc"))
+    data_events = sum(type(e).__name__ == "DataEvent" for e in evs)
+    assert len(sp.spans_of(evs)) == 400
+    stepped = len(calls)
+    calls.clear()
+    monkeypatch.setattr(table, "H2_STEP", False)
+    assert len(sp.spans_of(evs)) == 400
+    assert len(calls) == data_events
+    assert stepped < data_events * 3 // 4
