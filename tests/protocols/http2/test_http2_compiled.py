@@ -24,6 +24,8 @@ from otel_ebpf.conntrack import connection, table
 from tests.unit.span_traffic import plain
 
 from .test_http2_fuzz import FRAGMENTS
+from .wire import PREFACE
+from .wire import settings as settings_frame
 
 pytestmark = pytest.mark.skipif(_fast.h2 is None, reason="no compiled HTTP/2 frame loop")
 fuzz = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -202,3 +204,26 @@ def test_the_syscall_step_takes_whole_frames(monkeypatch):
     assert len(sp.spans_of(evs)) == 400
     assert len(calls) == data_events
     assert stepped < data_events * 3 // 4
+
+
+frames = st.one_of(st.sampled_from(FRAGMENTS), st.sampled_from(FRAGMENTS), noise)
+
+
+@fuzz
+@given(chunks=st.lists(st.tuples(st.booleans(), st.lists(frames, min_size=1, max_size=6)
+                                 .map(b"".join)), max_size=16), seed=st.integers(0, 2**32))
+def test_random_frames_through_the_table_alike(chunks, seed):
+    """Random frame sequences as syscalls at both ends of a connection (cut at random
+    points, now and then one lost), through the connection table and the correlator: the
+    compiled frame loop and syscall step give the spans their Python references give."""
+    chunks = [(True, PREFACE + settings_frame()), (False, settings_frame()), *chunks]
+
+    def spans() -> list:
+        rng = random.Random(seed)
+        return plain(sp.spans_of(sp.events(chunks, 1, rng), rng))
+
+    compiled = spans()
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(h2parse, "COMPILED", False)
+        m.setattr(table, "H2_STEP", False)
+        assert spans() == compiled
