@@ -7,8 +7,10 @@
  * for a direction already aligned on frames (the preface and a first frame judged), the
  * bytes are split into frames here, with the frame checks of `_frames`, the usual gRPC
  * DATA frame (whole, one length-prefixed message, no body wanted) counted here, and the
- * byte counts and marks of `_done`. Whole header blocks go to the Python `_block` (the
- * HPACK decoder and its reused-block table stay in Python), every other DATA frame to
+ * byte counts and marks of `_done`. A whole header block found in its decoder's
+ * reused-block table goes to `_request_block` / `_response_block` from here; any other
+ * goes to the Python `_block` (the HPACK walk, which fills that table), every other DATA
+ * frame to
  * `_data`, every other frame with a handler to its handler. Anything the loop does not
  * know (the preface, a direction not aligned, an object of another type) goes to the
  * Python `parse` with nothing changed.
@@ -318,6 +320,81 @@ other:
 	return 0;
 }
 
+/* ---- a header block the decoder has seen before, as _block and decode_block read it ----
+ * set by setup_blocks(): the decoder's reused-block table (HeaderDecoder.decoded, §37 of
+ * docs/decisions.md) is looked up here; a block found there for the table's version is
+ * handed to _request_block / _response_block, any other goes to the Python _block (the
+ * HPACK walk, which keeps the table). */
+static PyTypeObject *decoder_type, *block_type;
+static PyObject *py_request_block, *py_response_block;
+enum { H_DECODED, H_VERSION, H_UNKNOWN_FIELDS, H_N };
+static struct slot decoder_slots[H_N] = {{"decoded"}, {"version"}, {"unknown_fields"}};
+static struct slot block_unknown = {"unknown"}, side_decoder = {"decoder"};
+
+static PyObject *setup_blocks(PyObject *self, PyObject *args)
+{
+	PyObject *dec, *blk, *rq, *rs;
+	if (!PyArg_ParseTuple(args, "O!O!OO", &PyType_Type, &dec, &PyType_Type, &blk, &rq, &rs))
+		return NULL;
+	if (!side_type) {
+		PyErr_SetString(PyExc_RuntimeError, "setup_blocks: setup() was not called");
+		return NULL;
+	}
+	if (slots_of(dec, decoder_slots, H_N) || slots_of(blk, &block_unknown, 1) ||
+	    slots_of((PyObject *)side_type, &side_decoder, 1))
+		return NULL;
+	PyObject **keep[] = {(PyObject **)&decoder_type, (PyObject **)&block_type,
+			     &py_request_block, &py_response_block};
+	PyObject *values[] = {dec, blk, rq, rs};
+	for (int i = 0; i < 4; i++) {
+		Py_INCREF(values[i]);
+		Py_XSETREF(*keep[i], values[i]);
+	}
+	Py_RETURN_NONE;
+}
+
+/* _block for a HEADERS block (not PUSH_PROMISE): new reference (None, a message), NULL on
+ * error */
+static PyObject *header_block(PyObject *state, PyObject *side, int requests, PyObject *bytes)
+{
+	PyObject *reqflag = requests ? Py_True : Py_False;
+	PyObject *decoder = slot_get(side, &side_decoder);
+	if (decoder_type && decoder && Py_IS_TYPE(decoder, decoder_type)) {
+		PyObject *decoded = slot_get(decoder, &decoder_slots[H_DECODED]);
+		PyObject *seen = decoded && PyDict_CheckExact(decoded) ?
+					 PyDict_GetItemWithError(decoded, bytes) : NULL;
+		if (!seen && PyErr_Occurred())
+			return NULL;
+		PyObject *version = slot_get(decoder, &decoder_slots[H_VERSION]);
+		if (seen && PyTuple_CheckExact(seen) && PyTuple_GET_SIZE(seen) == 2 && version &&
+		    Py_IS_TYPE(PyTuple_GET_ITEM(seen, 1), block_type)) {
+			PyObject *block = PyTuple_GET_ITEM(seen, 1);
+			int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(seen, 0), version, Py_EQ);
+			if (same < 0)
+				return NULL;
+			PyObject *unknown = slot_get(block, &block_unknown);
+			PyObject *fields = slot_get(decoder, &decoder_slots[H_UNKNOWN_FIELDS]);
+			if (same && unknown && fields) {
+				PyObject *sum = PyNumber_Add(fields, unknown);
+				if (!sum)
+					return NULL;
+				Py_XSETREF(*(PyObject **)((char *)decoder +
+							  decoder_slots[H_UNKNOWN_FIELDS].offset),
+					   sum);
+				slot_set(side, &side_slots[D_BLOCK], Py_None);
+				Py_INCREF(block); /* the table may drop it while it is read */
+				PyObject *call[3] = {state, side, block};
+				PyObject *m = PyObject_Vectorcall(
+					requests ? py_request_block : py_response_block, call, 3, NULL);
+				Py_DECREF(block);
+				return m;
+			}
+		}
+	}
+	PyObject *call[4] = {state, side, reqflag, bytes};
+	return PyObject_Vectorcall(py_block, call, 4, NULL);
+}
+
 static PyObject *parse(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
 	if (nargs != 3) {
@@ -469,8 +546,7 @@ static PyObject *parse(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 								    (Py_ssize_t)length);
 			if (!bytes)
 				goto out;
-			PyObject *call[4] = {state, side, reqflag, bytes};
-			message = PyObject_Vectorcall(py_block, call, 4, NULL);
+			message = header_block(state, side, requests, bytes);
 			Py_DECREF(bytes);
 			if (!message)
 				goto out;
@@ -547,6 +623,9 @@ static PyMethodDef h2_methods[] = {
 	{"parse", (PyCFunction)(void (*)(void))parse, METH_FASTCALL,
 	 "parse(direction, buf, state) -> (ParseResult, frame or None, consumed): "
 	 "protocols/http2/parse.py parse with its frame loop in C"},
+	{"setup_blocks", setup_blocks, METH_VARARGS,
+	 "setup_blocks(HeaderDecoder, Block, _request_block, _response_block): header blocks "
+	 "found in the decoder's reused-block table handed to their reader from here"},
 	{"setup", setup, METH_VARARGS,
 	 "setup(HTTP2State, _Side, _Stream, H2Request, H2Response, Messages, Head, "
 	 "HyperframeError, parse, _data, _block, handlers, _ignore, NEED_MORE, FRAME, INVALID)"},

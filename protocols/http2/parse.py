@@ -675,6 +675,7 @@ def compiled_parse():  # noqa: ANN201 (otel_ebpf/_fast/h2.c parse, or None)
         fast.setup(HTTP2State, _Side, _Stream, H2Request, H2Response, Messages, f.Head,
                    HyperframeError, parse, _data, _block, _HANDLERS, _ignore, NEED, FRAME,
                    INVALID)
+        fast.setup_blocks(HeaderDecoder, Block, _request_block, _response_block)
         _compiled_ready = fast
     return fast.parse
 
