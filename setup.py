@@ -27,5 +27,7 @@ setup(
                   extra_compile_args=FAST_FLAGS),
         Extension("otel_ebpf._fast.maker", ["otel_ebpf/_fast/maker.c"],
                   depends=["otel_ebpf/_fast/slots.h"], extra_compile_args=FAST_FLAGS),
+        Extension("otel_ebpf._fast.h2", ["otel_ebpf/_fast/h2.c"],
+                  depends=["otel_ebpf/_fast/slots.h"], extra_compile_args=FAST_FLAGS),
     ],
 )

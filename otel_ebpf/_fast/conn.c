@@ -82,6 +82,191 @@ static PyObject *new_chunk(PyObject *const *fields)
 	return t;
 }
 
+/* ---- the step of a stream parser with no `whole` (HTTP/2) ----------------------------
+ * Connection._whole for a syscall at the head of an empty stream, not inside a message
+ * (data() checked both): the parser's answer to the payload; a FRAME of exactly these
+ * bytes is stamped and finished here, any other answer goes on in Connection._parse and
+ * _finish_pending, as _whole does. Only for parsers of the exact types given to
+ * stream_parsers() (HTTP2Parser, when its frame loop is compiled). */
+static PyObject *stepped_types, *frame_result, *s_parser, *s_parse, *s_release, *s__parse,
+	*s__finish_pending, *s_direction, *s_stream_pos, *s_start_ns, *s_end_ns, *s_tid,
+	*s_task, *s_tcp_seq, *s_size, *mask32;
+static struct slot conn_parser = {"parser"};
+
+static PyObject *stream_parsers(PyObject *self, PyObject *args)
+{
+	PyObject *types, *frame;
+	if (!PyArg_ParseTuple(args, "O!O", &PyTuple_Type, &types, &frame))
+		return NULL;
+	if (!conn_type) {
+		PyErr_SetString(PyExc_RuntimeError, "stream_parsers: setup() was not called");
+		return NULL;
+	}
+	if (slots_of((PyObject *)conn_type, &conn_parser, 1))
+		return NULL;
+	if (!s_parser) {
+		const char *names[] = {"parser", "parse", "release", "_parse", "_finish_pending",
+				       "direction", "stream_pos", "start_ns", "end_ns", "tid",
+				       "task", "tcp_seq", "size"};
+		PyObject **keep[] = {&s_parser, &s_parse, &s_release, &s__parse, &s__finish_pending,
+				     &s_direction, &s_stream_pos, &s_start_ns, &s_end_ns, &s_tid,
+				     &s_task, &s_tcp_seq, &s_size};
+		for (int i = 0; i < 13; i++)
+			if (!(*keep[i] = PyUnicode_InternFromString(names[i])))
+				return NULL;
+		if (!(mask32 = PyLong_FromUnsignedLong(0xFFFFFFFFUL)))
+			return NULL;
+	}
+	Py_INCREF(types);
+	Py_XSETREF(stepped_types, types);
+	Py_INCREF(frame);
+	Py_XSETREF(frame_result, frame);
+	Py_RETURN_NONE;
+}
+
+/* the connection's parser is one whose step is taken here */
+static int stepped_here(PyObject *conn)
+{
+	if (!stepped_types || !Py_IS_TYPE(conn, conn_type))
+		return 0;
+	PyObject *parser = slot_get(conn, &conn_parser);
+	if (!parser)
+		return 0;
+	for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(stepped_types); i++)
+		if ((PyObject *)Py_TYPE(parser) == PyTuple_GET_ITEM(stepped_types, i))
+			return 1;
+	return 0;
+}
+
+/* fields: the Chunk's (pos, end, payload, start_ns, end_ns, tcp_seq, tid, task); 0 or -1 */
+static int stream_step(PyObject *conn, PyObject *stream, PyObject *state, PyObject *info,
+		       PyObject *frames, PyObject *out, PyObject *direction, Py_ssize_t n,
+		       PyObject *const *fields, PyObject *stats)
+{
+	PyObject *pos = fields[0], *end = fields[1], *payload = fields[2], *start_ns = fields[3],
+		 *end_ns = fields[4], *seq = fields[5];
+	PyObject *known_end = slot_get(stream, &stream_slots[S_KNOWN_END]);
+	int further = known_end ? PyObject_RichCompareBool(end, known_end, Py_GT) : 1;
+	if (further < 0)
+		return -1;
+	if (further)
+		slot_set(stream, &stream_slots[S_KNOWN_END], end);
+	slot_set(stream, &stream_slots[S_LAST_END_NS], end_ns);
+	PyObject *times = slot_get(stream, &stream_slots[S_TIMES]);
+	PyObject *chunk = new_chunk(fields);
+	if (!chunk)
+		return -1;
+	int r = times && PyList_Check(times) ? PyList_Append(times, chunk) : -1;
+	Py_DECREF(chunk);
+	if (r < 0) {
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_TypeError, "stream_step: times must be a list");
+		return -1;
+	}
+	PyObject *parser = slot_get(conn, &conn_parser);
+	PyObject *parse = parser ? PyObject_GetAttr(parser, s_parse) : NULL;
+	if (!parse)
+		return -1;
+	PyObject *view = PyMemoryView_FromObject(payload);
+	if (!view) {
+		Py_DECREF(parse);
+		return -1;
+	}
+	PyObject *call[3] = {direction, view, state};
+	PyObject *step = PyObject_Vectorcall(parse, call, 3, NULL);
+	Py_DECREF(parse);
+	PyObject *released = PyObject_CallMethodNoArgs(view, s_release);
+	Py_DECREF(view);
+	if (!released) {
+		Py_XDECREF(step);
+		return -1;
+	}
+	Py_DECREF(released);
+	if (!step)
+		return -1;
+	int ret = -1;
+	if (!PyTuple_Check(step) || PyTuple_GET_SIZE(step) != 3) {
+		PyErr_SetString(PyExc_TypeError, "parse must return (result, frame, consumed)");
+		goto out;
+	}
+	PyObject *result = PyTuple_GET_ITEM(step, 0), *frame = PyTuple_GET_ITEM(step, 1),
+		 *consumed = PyTuple_GET_ITEM(step, 2);
+	Py_ssize_t c = PyLong_Check(consumed) ? PyLong_AsSsize_t(consumed) : -1;
+	if (c == -1 && PyErr_Occurred())
+		PyErr_Clear(); /* not this case: _parse judges it */
+	if (c == n && result == frame_result && frame != Py_None) {
+		/* stamped as _stamp_start and _finish_pending do: first and last byte its own */
+		PyObject *tcp_seq = seq == Py_None ? (Py_INCREF(Py_None), Py_None) :
+						     PyNumber_And(seq, mask32);
+		if (!tcp_seq)
+			goto out;
+		int bad = PyObject_SetAttr(frame, s_direction, direction) < 0 ||
+			  PyObject_SetAttr(frame, s_stream_pos, pos) < 0 ||
+			  PyObject_SetAttr(frame, s_start_ns, start_ns) < 0 ||
+			  PyObject_SetAttr(frame, s_tid, fields[6]) < 0 ||
+			  PyObject_SetAttr(frame, s_task, fields[7]) < 0 ||
+			  PyObject_SetAttr(frame, s_tcp_seq, tcp_seq) < 0;
+		Py_DECREF(tcp_seq);
+		if (bad)
+			goto out;
+		slot_set(stream, &stream_slots[S_HEAD], end);
+		if (PyList_SetSlice(times, 0, PyList_GET_SIZE(times), NULL) < 0)
+			goto out;
+		PyObject *first = PyObject_GetAttr(frame, s_start_ns);
+		if (!first)
+			goto out;
+		int later = PyObject_RichCompareBool(first, end_ns, Py_GT);
+		bad = later < 0 || PyObject_SetAttr(frame, s_end_ns, later ? first : end_ns) < 0;
+		Py_DECREF(first);
+		if (bad)
+			goto out;
+		PyObject *size = PyObject_GetAttr(frame, s_size);
+		int truth = size ? PyObject_IsTrue(size) : -1;
+		Py_XDECREF(size);
+		if (truth < 0 || (!truth && PyObject_SetAttr(frame, s_size, consumed) < 0))
+			goto out;
+		if (PyList_Append(frames, frame) < 0)
+			goto out;
+		if (out != Py_None) {
+			PyObject *finished = PyTuple_Pack(2, info, frame);
+			if (!finished)
+				goto out;
+			int a = PyList_Append(out, finished);
+			Py_DECREF(finished);
+			if (a < 0)
+				goto out;
+		}
+		ret = 0;
+		goto out;
+	}
+	/* the general loop goes on from the parser's answer */
+	PyObject *buf = slot_get(stream, &stream_slots[S_BUF]);
+	if (!buf || !PyByteArray_Check(buf)) {
+		PyErr_SetString(PyExc_TypeError, "stream_step: buf must be a bytearray");
+		goto out;
+	}
+	if (PyByteArray_Resize(buf, PyByteArray_GET_SIZE(buf) + n) < 0)
+		goto out;
+	memcpy(PyByteArray_AS_STRING(buf) + PyByteArray_GET_SIZE(buf) - n,
+	       PyBytes_AS_STRING(payload), n);
+	PyObject *pargs[4] = {conn, direction, stats, step};
+	PyObject *v = PyObject_VectorcallMethod(s__parse, pargs,
+						4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+	if (!v)
+		goto out;
+	Py_DECREF(v);
+	PyObject *fargs[2] = {conn, direction};
+	v = PyObject_VectorcallMethod(s__finish_pending, fargs,
+				      2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+	if (!v)
+		goto out;
+	Py_DECREF(v);
+	ret = 0;
+out:
+	Py_DECREF(step);
+	return ret;
+}
+
 static PyObject *data(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
 	if (nargs != 13) {
@@ -102,7 +287,8 @@ static PyObject *data(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 	PyObject *whole = slot_get(conn, &conn_slots[C_WHOLE]);
 	PyObject *info = slot_get(conn, &conn_slots[C_INFO]);
 	PyObject *state = slot_get(conn, &conn_slots[C_STATE]);
-	if (!whole || whole == Py_None || slot_get(conn, &conn_slots[C_UNPARSED]) != Py_False ||
+	if (!whole || (whole == Py_None && !stepped_here(conn)) ||
+	    slot_get(conn, &conn_slots[C_UNPARSED]) != Py_False ||
 	    !info || !Py_IS_TYPE(info, info_type) || !state || !PyObject_TypeCheck(state, state_type))
 		Py_RETURN_FALSE;
 	PyObject *tls = slot_get(info, &info_tls);
@@ -160,7 +346,15 @@ static PyObject *data(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 	Py_INCREF(frames);
 	PyObject *result = NULL, *call[9] = {direction, payload, state, pos, start_ns, end_ns,
 					    seq, args[8], args[9]};
-	PyObject *frame = PyObject_Vectorcall(whole, call, 9, NULL);
+	PyObject *frame = NULL;
+	if (whole == Py_None) { /* a stream parser that registered (stream_parsers) */
+		PyObject *fields[8] = {pos, end, payload, start_ns, end_ns, seq, args[8], args[9]};
+		if (!stream_step(conn, stream, state, info, frames, out, direction, n, fields,
+				 args[12]))
+			result = Py_True;
+		goto done;
+	}
+	frame = PyObject_Vectorcall(whole, call, 9, NULL);
 	if (!frame)
 		goto done;
 	if (frame == Py_None) { /* the general path: Connection._whole with the Chunk */
@@ -214,6 +408,9 @@ static PyMethodDef conn_methods[] = {
 	 "data(conn, direction, pos, msg_len, payload, start_ns, end_ns, tcp_seq, tid, task, "
 	 "tail, tls, stats) -> True when the event was the usual one and is done, False (nothing "
 	 "changed) when Connection.on_data must take it"},
+	{"stream_parsers", stream_parsers, METH_VARARGS,
+	 "stream_parsers((ParserClass, ...), ParseResult.FRAME): the stream parsers without a "
+	 "`whole` whose syscall step data() takes (Connection._whole the reference)"},
 	{"setup", setup, METH_VARARGS,
 	 "setup(Connection, Stream, ConnInfo, ParserState, Chunk): the classes data() reads "
 	 "by slot, and the chunk type it builds"},

@@ -51,6 +51,9 @@ class HTTP2Parser(ProtocolParser):
         extra = self.options.get("correlation_headers", ["x-request-id"])
         self.carrier_names = CONTEXT_HEADERS | {str(h).lower() for h in extra}
         self.layers: tuple[HTTPLayer, ...] = ()
+        fast = _parse.compiled_parse()
+        if fast is not None:  # the frame loop in C; _parse.parse is its reference
+            self.parse = fast
 
     def infer(self, direction: Direction, head: bytes, conn: ConnInfo) -> Role | None:
         return _parse.infer(direction, head, conn)

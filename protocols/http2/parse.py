@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from hyperframe.exceptions import HyperframeError
 from hyperframe.frame import Frame as WireFrame
 
+from otel_ebpf import _fast
+
 from ..base import ConnInfo, Direction, Frame, ParseResult, ParserState, Role
 from ..common import is_secret
 from ..http1.parse import CONTEXT_HEADERS
@@ -50,6 +52,9 @@ MAX_STREAMS = 1024  # open streams tracked per connection; the oldest beyond are
 MAX_BLOCK = 256 * 1024  # a header block larger than this is given up (and HPACK with it)
 _PLAIN_MASK = f.END_HEADERS | f.PADDED | f.HAS_PRIORITY  # a HEADERS frame that is all block
 _REQUEST_PSEUDO = frozenset({":method", ":path", ":scheme", ":authority", ":protocol"})
+# the frame loop in C where it is built (otel_ebpf/_fast/h2.c parse, this file's `parse` its
+# reference); False: this file's `parse` (tests compare the two)
+COMPILED = True
 
 
 # --- frames and state --------------------------------------------------------------------
@@ -653,6 +658,26 @@ def resync(direction: Direction, buf, state: HTTP2State) -> int | None:
     side.trust = False  # if nothing was found, what comes next is the tail kept
     side.expect = -1
     return offset
+
+
+_compiled_ready = None  # the compiled module given what it reads and calls
+
+
+def compiled_parse():  # noqa: ANN201 (otel_ebpf/_fast/h2.c parse, or None)
+    """`parse` with its frame loop in C (otel_ebpf/_fast/h2.c): the preface, unaligned
+    bytes, header blocks, DATA frames other than a whole one-message gRPC frame, and every
+    other frame with a handler are this file's; None on the pure Python path."""
+    global _compiled_ready
+    fast = _fast.h2
+    if fast is None or not COMPILED:
+        return None
+    if _compiled_ready is not fast:
+        fast.setup(HTTP2State, _Side, _Stream, H2Request, H2Response, Messages, f.Head,
+                   HyperframeError, parse, _data, _block, _HANDLERS, _ignore, NEED, FRAME,
+                   INVALID)
+        fast.setup_blocks(HeaderDecoder, Block, _request_block, _response_block)
+        _compiled_ready = fast
+    return fast.parse
 
 
 def finish(direction: Direction, state: HTTP2State) -> None:
