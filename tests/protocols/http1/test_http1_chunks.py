@@ -2,9 +2,11 @@
 against its reference, the steps that take a chunk's size line, data and CRLF one by one
 (parse._ONE_CHUNK_STEPS), and the tracker's step for a body piece (Connection._whole
 inside a message, PIECE_STEP) against its general path (Stream.add, _parse,
-_finish_pending): the same spans over the recorded chat-completions stream, whole
-and cut into random syscalls, and over random chunked bodies (kept by the LLM layer or
-skipped) cut at random points, with bytes lost and size lines broken."""
+_finish_pending), and the compiled body-piece step (otel_ebpf/_fast/conn.c piece with
+http1.c chunks, HTTP1Parser.piece) against both: the same spans over the recorded
+chat-completions stream, whole and cut into random syscalls, and over random chunked
+bodies (kept by the LLM layer or skipped) cut at random points, with bytes lost and size
+lines broken; and the compiled chunk walk against _chunks on the same parser state."""
 
 from __future__ import annotations
 
@@ -14,18 +16,28 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from otel_ebpf.protocols.http1 import HTTP1Parser
 from otel_ebpf.protocols.http1 import parse as http1_parse
 
 from bench import stream_pipeline as sp
+from otel_ebpf import _fast
 from otel_ebpf.conntrack import connection
 from tests.unit.span_traffic import plain
 
 fuzz = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def _spans(chunks, repeat: int, seed: int | None, one_by_one: bool) -> list:
-    saved, pieces = http1_parse._BODY_STEPS, connection.PIECE_STEP
-    if one_by_one:
+# the steps each run takes: the compiled piece step (where built), the Python piece step
+# with _chunks, and the reference (a chunk's part at a time, through the stream's buffer)
+COMPILED, PYTHON, ONE_BY_ONE = "compiled", "python", "one by one"
+
+
+def _spans(chunks, repeat: int, seed: int | None, mode: str) -> list:
+    saved, pieces, compiled = (http1_parse._BODY_STEPS, connection.PIECE_STEP,
+                               HTTP1Parser.piece)
+    if mode != COMPILED:
+        HTTP1Parser.piece = None
+    if mode == ONE_BY_ONE:
         http1_parse._BODY_STEPS = http1_parse._ONE_CHUNK_STEPS
         connection.PIECE_STEP = False
     try:
@@ -36,20 +48,24 @@ def _spans(chunks, repeat: int, seed: int | None, one_by_one: bool) -> list:
             spans = sp.spans_of(sp.events(chunks, repeat, rng), rng)
     finally:
         http1_parse._BODY_STEPS, connection.PIECE_STEP = saved, pieces
+        HTTP1Parser.piece = compiled
     return json.loads(json.dumps(plain(spans)))
 
 
 def _same(chunks, repeat: int, seed: int | None) -> list:
-    got = _spans(chunks, repeat, seed, one_by_one=False)
-    want = _spans(chunks, repeat, seed, one_by_one=True)
-    assert got == want
-    return got
+    want = _spans(chunks, repeat, seed, ONE_BY_ONE)
+    assert _spans(chunks, repeat, seed, PYTHON) == want
+    if _fast.http1 is not None:
+        assert _spans(chunks, repeat, seed, COMPILED) == want
+    return want
 
 
 def test_the_parser_uses_it():
     assert http1_parse._BODY_STEPS[http1_parse.Body.CHUNKED] is http1_parse._chunks
     assert http1_parse._ONE_CHUNK_STEPS[http1_parse.Body.CHUNKED] is http1_parse._chunk
     assert connection.PIECE_STEP
+    if _fast.http1 is not None:
+        assert HTTP1Parser.piece is _fast.http1.chunks
 
 
 @pytest.mark.parametrize("seed", [None, 1, 2, 3, 4, 5, 6, 7, 8])
