@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from otel_ebpf.conntrack.connection import FOREVER_NS, Connection, fill_correlation
+from otel_ebpf.conntrack.connection import FOREVER_NS, Connection, compiled_data, fill_correlation
 from otel_ebpf.telemetry import Stats
 
 from .base import ConnInfo, Direction, NeutralSpan, ProtocolParser, Record, Role
@@ -50,6 +50,9 @@ class ConnectionDriver:
         self.records: list[Record] = []
         self.now = 0
         self.step_ns = step_ns
+        # the compiled step ConnTable.handle tries first (otel_ebpf/_fast/conn.c data: a
+        # whole message, a body piece), on_data when it declines; None: on_data alone
+        self.fast_data = compiled_data()
 
     @property
     def state(self):
@@ -71,9 +74,12 @@ class ConnectionDriver:
         if captured or gap or tail:
             pos = self.pos[direction]
             size = len(captured) + gap + len(tail)
-            self.connection.on_data(direction, pos, size, captured, self.now,
-                                    self.now, (ISN[direction] + pos) % 2**32, self.registry,
-                                    self.stats, tail=tail)
+            seq = (ISN[direction] + pos) % 2**32
+            if self.fast_data is None or not self.fast_data(
+                    self.connection, direction, pos, size, captured, self.now, self.now, seq, 0,
+                    0, tail, False, self.stats):
+                self.connection.on_data(direction, pos, size, captured, self.now, self.now,
+                                        seq, self.registry, self.stats, tail=tail)
             self.pos[direction] += size
         self.stitch(self.now)
 

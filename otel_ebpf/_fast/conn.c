@@ -267,6 +267,85 @@ out:
 	return ret;
 }
 
+/* ---- a body piece: Connection._whole with `inside` ------------------------------------
+ *
+ * A syscall's every byte, at the head of a stream holding nothing, inside a message whose
+ * head is past (frame_start set): when the parser's class has a compiled `piece` step
+ * (HTTP/1's otel_ebpf/_fast/http1.c chunks) and that step takes every byte without ending
+ * a frame, what _whole leaves after such a piece is done here (the head moves on, the
+ * timing chunk is pruned, frame_start stays). The step times what it keeps by the
+ * syscall's time, which is what the tracker's time_at answers for every byte of it: so
+ * only with the state's time_at the connection's own. False, nothing changed, otherwise.
+ */
+static PyObject *s_piece;
+static PyObject *time_at_func; /* Connection._time_at, the function */
+static PyTypeObject *piece_conn_type; /* the class the two slots below were read from */
+static struct slot piece_parser = {"parser"}, piece_time_at = {"time_at"};
+
+static int piece_ready(void)
+{
+	if (piece_conn_type == conn_type)
+		return 0;
+	if (slots_of((PyObject *)conn_type, &piece_parser, 1) ||
+	    slots_of((PyObject *)state_type, &piece_time_at, 1))
+		return -1;
+	PyObject *f = PyObject_GetAttrString((PyObject *)conn_type, "_time_at");
+	if (!f)
+		return -1;
+	Py_XSETREF(time_at_func, f);
+	piece_conn_type = conn_type;
+	return 0;
+}
+
+static PyObject *piece(PyObject *conn, PyObject *stream, PyObject *state, PyObject *direction,
+		       PyObject *pos, PyObject *msg_len, PyObject *payload, PyObject *start_ns,
+		       PyObject *end_ns, PyObject *known_end)
+{
+	if (piece_ready() < 0)
+		return NULL;
+	PyObject *parser = slot_get(conn, &piece_parser);
+	PyObject *step = parser ? _PyType_Lookup(Py_TYPE(parser), s_piece) : NULL;
+	PyObject *time_at = slot_get(state, &piece_time_at);
+	if (!step || step == Py_None || !time_at || !PyMethod_Check(time_at) ||
+	    PyMethod_GET_SELF(time_at) != conn || PyMethod_GET_FUNCTION(time_at) != time_at_func)
+		Py_RETURN_FALSE;
+	PyObject *end = PyNumber_Add(pos, msg_len);
+	if (!end)
+		return NULL;
+	Py_INCREF(step); /* held while the step runs */
+	Py_INCREF(conn);
+	Py_INCREF(stream);
+	Py_INCREF(state);
+	PyObject *call[4] = {direction, payload, state, start_ns};
+	PyObject *took = PyObject_Vectorcall(step, call, 4, NULL);
+	PyObject *result = NULL;
+	if (!took)
+		goto done;
+	if (took != Py_True) { /* on_data takes it, the parser untouched */
+		result = Py_False;
+		goto done;
+	}
+	/* on_data's and _whole's, for a piece */
+	slot_set(conn, &conn_slots[C_LAST_NS], end_ns);
+	int further = PyObject_RichCompareBool(end, known_end, Py_GT);
+	if (further < 0)
+		goto done;
+	if (further)
+		slot_set(stream, &stream_slots[S_KNOWN_END], end);
+	slot_set(stream, &stream_slots[S_LAST_END_NS], end_ns);
+	slot_set(stream, &stream_slots[S_HEAD], end);
+	result = Py_True;
+done:
+	Py_XINCREF(result);
+	Py_XDECREF(took);
+	Py_DECREF(end);
+	Py_DECREF(step);
+	Py_DECREF(conn);
+	Py_DECREF(stream);
+	Py_DECREF(state);
+	return result;
+}
+
 static PyObject *data(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
 	if (nargs != 13) {
@@ -329,10 +408,13 @@ static PyObject *data(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 	PyObject *tcp = slot_get(conn, &conn_slots[C_TCP]);
 	PyObject *out = slot_get(conn, &conn_slots[C_FRAMES_OUT]);
 	PyObject *frames = item_of(slot_get(state, &state_frames), d);
-	if (resync != Py_False || frame_start != Py_None || held(pending) != 0 || !tcp ||
+	if (resync != Py_False || !frame_start || held(pending) != 0 || !tcp ||
 	    !PyBool_Check(tcp) || !out || (out != Py_None && !PyList_Check(out)) || !frames ||
 	    !PyList_Check(frames))
 		Py_RETURN_FALSE;
+	if (frame_start != Py_None) /* inside a message: a body piece, or on_data's */
+		return piece(conn, stream, state, direction, pos, msg_len, payload, start_ns,
+			     end_ns, known_end);
 
 	/* on_data's fast case, from here on */
 	slot_set(conn, &conn_slots[C_LAST_NS], end_ns);
@@ -425,7 +507,8 @@ static struct PyModuleDef conn_module = {
 
 PyMODINIT_FUNC PyInit_conn(void)
 {
-	if (!(s__whole = PyUnicode_InternFromString("_whole")))
+	if (!(s__whole = PyUnicode_InternFromString("_whole")) ||
+	    !(s_piece = PyUnicode_InternFromString("piece")))
 		return NULL;
 	return PyModule_Create(&conn_module);
 }

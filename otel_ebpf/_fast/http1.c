@@ -28,6 +28,7 @@
  * _request_head / _response_head and the frame, timed, built by parse.py's makers;
  * None, with nothing changed, whenever the general path must run.
  */
+#include <limits.h>
 #include <string.h>
 
 #include "slots.h"
@@ -883,6 +884,225 @@ static PyObject *span(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 	return list;
 }
 
+/* ---- chunks(): a body piece of whole chunks, parse.py _chunks ---------------------------- */
+
+/* set by chunks_setup(): the classes chunks() reads and writes by slot, Body.CHUNKED and
+ * layers.py MAX_PIECES */
+static PyTypeObject *c_state_type, *c_stream_type, *c_request_type, *c_response_type,
+	*c_body_type, *c_piece_type;
+static PyObject *c_chunked;
+static Py_ssize_t c_max_pieces;
+static struct slot c_state_slots[2] = {{"tunnel"}, {"streams"}};
+enum { CS_BODY, CS_FRAME, CS_SIZE, CS_N };
+static struct slot c_stream_slots[CS_N] = {{"body"}, {"frame"}, {"size"}};
+enum { CF_CHUNKS, CF_BODY_SIZE, CF_BODY, CF_N };
+static struct slot c_frame_slots[CF_N] = {{"chunks"}, {"body_size"}, {"body"}};
+enum { CB_PIECES, CB_SIZE, CB_KEPT, CB_LIMIT, CB_N };
+static struct slot c_body_slots[CB_N] = {{"pieces"}, {"size"}, {"kept"}, {"limit"}};
+enum { CP_OFFSET, CP_NS, CP_DATA, CP_N };
+static struct slot c_piece_slots[CP_N] = {{"offset"}, {"ns"}, {"data"}};
+
+static PyObject *chunks_setup(PyObject *self, PyObject *args)
+{
+	PyObject *state, *stream, *message, *request, *response, *chunked, *body, *piece;
+	Py_ssize_t max_pieces;
+	if (!PyArg_ParseTuple(args, "O!O!O!O!O!OO!O!n", &PyType_Type, &state, &PyType_Type,
+			      &stream, &PyType_Type, &message, &PyType_Type, &request,
+			      &PyType_Type, &response, &chunked, &PyType_Type, &body, &PyType_Type,
+			      &piece, &max_pieces))
+		return NULL;
+	if (!PyType_IsSubtype((PyTypeObject *)request, (PyTypeObject *)message) ||
+	    !PyType_IsSubtype((PyTypeObject *)response, (PyTypeObject *)message)) {
+		PyErr_SetString(PyExc_TypeError, "chunks_setup: requests and responses are messages");
+		return NULL;
+	}
+	if (slots_of(state, c_state_slots, 2) || slots_of(stream, c_stream_slots, CS_N) ||
+	    slots_of(message, c_frame_slots, CF_N) || slots_of(body, c_body_slots, CB_N) ||
+	    slots_of(piece, c_piece_slots, CP_N))
+		return NULL;
+	PyObject **keep[] = {(PyObject **)&c_state_type, (PyObject **)&c_stream_type,
+			     (PyObject **)&c_request_type, (PyObject **)&c_response_type,
+			     &c_chunked, (PyObject **)&c_body_type, (PyObject **)&c_piece_type};
+	PyObject *values[] = {state, stream, request, response, chunked, body, piece};
+	for (int i = 0; i < 7; i++) {
+		Py_INCREF(values[i]);
+		Py_XSETREF(*keep[i], values[i]);
+	}
+	c_max_pieces = max_pieces;
+	Py_RETURN_NONE;
+}
+
+static inline int hexval(unsigned char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* parse.py _CHUNK_LINE matched at p, within MAX_CHUNK_LINE bytes and before end:
+ * ([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?\r\n. The chunk's data start, or NULL. */
+#define MAX_CHUNK_LINE 1024
+static const unsigned char *chunk_line(const unsigned char *p, const unsigned char *end,
+				       unsigned long long *size)
+{
+	const unsigned char *limit = end - p > MAX_CHUNK_LINE ? p + MAX_CHUNK_LINE : end;
+	const unsigned char *q = p;
+	unsigned long long v = 0;
+	int h;
+	while (q < limit && q - p < 16 && (h = hexval(*q)) >= 0) {
+		v = v << 4 | (unsigned)h;
+		q++;
+	}
+	if (q == p || (q < limit && hexval(*q) >= 0))
+		return NULL; /* no digit, or a 17th: the pattern cannot match */
+	while (q < limit && (*q == ' ' || *q == '\t'))
+		q++;
+	if (q < limit && *q == ';')
+		while (q < limit && *q != '\r' && *q != '\n')
+			q++;
+	if (limit - q < 2 || q[0] != '\r' || q[1] != '\n')
+		return NULL;
+	*size = v;
+	return q + 2;
+}
+
+/* an exact int that fits a long long, in *v; 0 when the object is anything else */
+static inline int small_int(PyObject *o, long long *v)
+{
+	if (!o || !PyLong_CheckExact(o))
+		return 0;
+	int overflow;
+	*v = PyLong_AsLongLongAndOverflow(o, &overflow);
+	return !overflow && !(*v == -1 && PyErr_Occurred());
+}
+
+/* a new reference to int v into slot s of o; -1 on MemoryError */
+static inline int set_int(PyObject *o, const struct slot *s, long long v)
+{
+	PyObject *n = PyLong_FromLongLong(v);
+	if (!n)
+		return -1;
+	Py_XSETREF(*(PyObject **)((char *)o + s->offset), n);
+	return 0;
+}
+
+static PyObject *chunks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+	if (nargs != 4) {
+		PyErr_SetString(PyExc_TypeError, "chunks(direction, data, state, ns)");
+		return NULL;
+	}
+	if (!c_state_type) {
+		PyErr_SetString(PyExc_RuntimeError, "chunks: chunks_setup() was not called");
+		return NULL;
+	}
+	PyObject *direction = args[0], *data = args[1], *state = args[2], *ns = args[3];
+	if (!PyBytes_Check(data) || !Py_IS_TYPE(state, c_state_type) ||
+	    slot_get(state, &c_state_slots[0]) != Py_False)
+		Py_RETURN_FALSE; /* not bytes, another parser's state, or a tunnel */
+	PyObject *streams = slot_get(state, &c_state_slots[1]);
+	long d = PyLong_Check(direction) ? PyLong_AsLong(direction) : -1;
+	if (d == -1 && PyErr_Occurred())
+		return NULL;
+	if ((d != 0 && d != 1) || !streams || !PyTuple_CheckExact(streams) ||
+	    PyTuple_GET_SIZE(streams) != 2)
+		Py_RETURN_FALSE;
+	PyObject *s = PyTuple_GET_ITEM(streams, d);
+	if (!Py_IS_TYPE(s, c_stream_type) || slot_get(s, &c_stream_slots[CS_BODY]) != c_chunked)
+		Py_RETURN_FALSE; /* not between two chunks: _BODY_STEPS' other steps */
+	PyObject *frame = slot_get(s, &c_stream_slots[CS_FRAME]);
+	if (!frame || (!Py_IS_TYPE(frame, c_request_type) && !Py_IS_TYPE(frame, c_response_type)))
+		Py_RETURN_FALSE;
+	PyObject *body = slot_get(frame, &c_frame_slots[CF_BODY]);
+	long long s_size, f_chunks, f_body_size, b_size = 0, b_kept = 0, b_limit = 0;
+	PyObject *pieces = NULL;
+	if (!small_int(slot_get(s, &c_stream_slots[CS_SIZE]), &s_size) ||
+	    !small_int(slot_get(frame, &c_frame_slots[CF_CHUNKS]), &f_chunks) ||
+	    !small_int(slot_get(frame, &c_frame_slots[CF_BODY_SIZE]), &f_body_size))
+		Py_RETURN_FALSE;
+	if (!body)
+		Py_RETURN_FALSE;
+	if (body != Py_None) { /* kept for a layer: Body.add's fields */
+		pieces = slot_get(body, &c_body_slots[CB_PIECES]);
+		if (!Py_IS_TYPE(body, c_body_type) || !pieces || !PyList_CheckExact(pieces) ||
+		    !small_int(slot_get(body, &c_body_slots[CB_SIZE]), &b_size) ||
+		    !small_int(slot_get(body, &c_body_slots[CB_KEPT]), &b_kept) ||
+		    !small_int(slot_get(body, &c_body_slots[CB_LIMIT]), &b_limit))
+			Py_RETURN_FALSE;
+	}
+
+	/* every byte whole chunks, none the last: else nothing changed, the Python steps run */
+	const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
+	const unsigned char *end = buf + PyBytes_GET_SIZE(data), *p = buf;
+	long long n_chunks = 0, payload = 0;
+	while (p < end) {
+		unsigned long long size;
+		const unsigned char *at = chunk_line(p, end, &size);
+		if (!at || size == 0 || end - at < 2 || size > (unsigned long long)(end - at - 2))
+			Py_RETURN_FALSE;
+		p = at + size + 2;
+		n_chunks++;
+		payload += (long long)size;
+	}
+	if (!n_chunks || s_size > LLONG_MAX - PyBytes_GET_SIZE(data) ||
+	    f_chunks > LLONG_MAX - n_chunks || f_body_size > LLONG_MAX - payload ||
+	    b_size > LLONG_MAX - payload)
+		Py_RETURN_FALSE;
+
+	/* _chunks' walk again, applying it; Body.add for each chunk's data when kept */
+	if (pieces) {
+		Py_INCREF(body);
+		Py_INCREF(pieces);
+		for (p = buf; p < end;) {
+			unsigned long long size;
+			const unsigned char *at = chunk_line(p, end, &size);
+			p = at + size + 2;
+			if (PyList_GET_SIZE(pieces) < c_max_pieces) {
+				long long room = b_limit - b_kept > 0 ? b_limit - b_kept : 0;
+				Py_ssize_t k = (long long)size < room ? (Py_ssize_t)size : (Py_ssize_t)room;
+				PyObject *piece = c_piece_type->tp_alloc(c_piece_type, 0);
+				PyObject *offset = PyLong_FromLongLong(b_size);
+				PyObject *kept = PyBytes_FromStringAndSize((const char *)at, k);
+				if (!piece || !offset || !kept) {
+					Py_XDECREF(piece);
+					Py_XDECREF(offset);
+					Py_XDECREF(kept);
+					goto error;
+				}
+				char *o = (char *)piece;
+				*(PyObject **)(o + c_piece_slots[CP_OFFSET].offset) = offset;
+				Py_INCREF(ns);
+				*(PyObject **)(o + c_piece_slots[CP_NS].offset) = ns;
+				*(PyObject **)(o + c_piece_slots[CP_DATA].offset) = kept;
+				int r = PyList_Append(pieces, piece);
+				Py_DECREF(piece);
+				if (r < 0)
+					goto error;
+				b_kept += k;
+			}
+			b_size += (long long)size;
+		}
+		if (set_int(body, &c_body_slots[CB_KEPT], b_kept) ||
+		    set_int(body, &c_body_slots[CB_SIZE], b_size))
+			goto error;
+		Py_DECREF(pieces);
+		Py_DECREF(body);
+	}
+	if (set_int(frame, &c_frame_slots[CF_CHUNKS], f_chunks + n_chunks) ||
+	    set_int(frame, &c_frame_slots[CF_BODY_SIZE], f_body_size + payload) ||
+	    set_int(s, &c_stream_slots[CS_SIZE], s_size + PyBytes_GET_SIZE(data)))
+		return NULL;
+	Py_RETURN_TRUE;
+error:
+	Py_DECREF(pieces);
+	Py_DECREF(body);
+	return NULL;
+}
+
 static PyMethodDef http1_methods[] = {
 	{"head", head, METH_VARARGS,
 	 "head(buf, request, kept) -> fields of a whole, plain HTTP/1 head at buf's start, or "
@@ -899,6 +1119,14 @@ static PyMethodDef http1_methods[] = {
 	 "span_setup(HTTPRecord, HTTPRequest, HTTPResponse, ConnInfo, make_span, redact_query, "
 	 "host_port, authority, connection_attributes, KNOWN_METHODS, Role.SERVER, "
 	 "SpanKind.SERVER, SpanKind.CLIENT, StatusCode.ERROR, StatusCode.UNSET, protocol)"},
+	{"chunks", (PyCFunction)(void (*)(void))chunks, METH_FASTCALL,
+	 "chunks(direction, data, state, ns) -> True when data, a syscall's every byte inside a "
+	 "chunked body, is whole chunks none of them the last, all taken (counted, and kept as "
+	 "pieces timed ns when a layer reads the body); False with nothing changed "
+	 "(protocols/http1/parse.py _chunks is the reference)"},
+	{"chunks_setup", chunks_setup, METH_VARARGS,
+	 "chunks_setup(HTTP1State, _Stream, HTTPMessage, HTTPRequest, HTTPResponse, "
+	 "Body.CHUNKED, layers.Body, BodyPiece, MAX_PIECES): the classes chunks() reads by slot"},
 	{"setup", setup, METH_VARARGS,
 	 "setup(make_request, make_response, Sent, unknown_request, first_wanting, sent_limit, "
 	 "HTTP1State, _Stream): what whole() builds with, and the classes it reads by slot"},

@@ -41,6 +41,10 @@ class HTTP1Parser(ProtocolParser):
         "response_timeout": Duration(30.0, "a request with no answer by then ends as a timeout"),
         "capture_headers": Flag(False, "headers as span attributes (secrets never)"),
     }
+    # the tracker's one step for a syscall that is a body piece of whole chunks, in C
+    # (Connection._whole inside a message, with parse._chunks, is its reference); None: the
+    # Python steps. A class attribute: otel_ebpf/_fast/conn.c looks it up on the class.
+    piece = _parse.compiled_piece()
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)

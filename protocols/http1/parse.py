@@ -26,7 +26,7 @@ from ..base import (
 )
 from ..common import SECRET_HEADERS, SECRET_PARTS, is_secret  # noqa: F401 (re-exported)
 from ..layers import Body as BodyCapture
-from ..layers import HTTPLayer, first_wanting
+from ..layers import MAX_PIECES, BodyPiece, HTTPLayer, first_wanting
 
 MAX_HEAD = 64 * 1024  # a head this long without its blank line is not HTTP we can follow
 MAX_LINE = 8 * 1024  # request or status line
@@ -599,6 +599,19 @@ def compiled_whole(fast):  # noqa: ANN001, ANN201 (the extension module and its 
                    SENT_LIMIT, HTTP1State, _Stream)
         _compiled_ready = fast
     return fast.whole
+
+
+def compiled_piece():  # noqa: ANN201 (otel_ebpf/_fast/http1.c chunks, or None)
+    """The tracker's step for a body piece (otel_ebpf/_fast/http1.c chunks): a syscall's
+    every byte inside a chunked body that is whole chunks, none of them the last, taken
+    as _chunks takes them (the reference), its pieces timed by the syscall's time; False
+    from it, with nothing changed, for anything else. None on the pure Python path."""
+    fast = _fast.http1
+    if fast is None:
+        return None
+    fast.chunks_setup(HTTP1State, _Stream, HTTPMessage, HTTPRequest, HTTPResponse, Body.CHUNKED,
+                      BodyCapture, BodyPiece, MAX_PIECES)
+    return fast.chunks
 
 
 # --- bodies ------------------------------------------------------------------------------
