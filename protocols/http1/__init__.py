@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from otel_ebpf import _fast
+
 from ..base import (
     ConnInfo,
     Direction,
@@ -16,13 +18,11 @@ from ..base import (
     Role,
     SmallDeque,
 )
-from otel_ebpf import _fast
-
 from ..layers import HTTPLayer, layer_headers
 from ..options import Duration, Flag, Schema
 from . import parse as _parse
-from .parse import CONTEXT_HEADERS, HTTP1State, HTTPMessage, HTTPRequest, HTTPResponse
 from . import spans as _spans
+from .parse import CONTEXT_HEADERS, HTTP1State, HTTPMessage, HTTPRequest, HTTPResponse
 from .spans import to_spans
 from .stitch import HTTPRecord, pair
 

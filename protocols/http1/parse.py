@@ -25,8 +25,8 @@ from ..base import (
     positional_maker,
 )
 from ..common import SECRET_HEADERS, SECRET_PARTS, is_secret  # noqa: F401 (re-exported)
-from ..layers import Body as BodyCapture
 from ..layers import MAX_PIECES, BodyPiece, HTTPLayer, first_wanting
+from ..layers import Body as BodyCapture
 
 MAX_HEAD = 64 * 1024  # a head this long without its blank line is not HTTP we can follow
 MAX_LINE = 8 * 1024  # request or status line
