@@ -16,15 +16,16 @@
 /* set by setup(): the classes whose objects data() reads by slot, and Chunk */
 static PyTypeObject *conn_type, *stream_type, *info_type, *state_type;
 static PyObject *chunk_type, *s__whole;
+static PyObject *time_at_func; /* Connection._time_at, the function */
 enum { C_WHOLE, C_UNPARSED, C_INFO, C_STREAMS, C_RESYNC, C_FRAME_START, C_PENDING, C_LAST_NS,
-       C_TCP, C_STATE, C_FRAMES_OUT, C_N };
+       C_TCP, C_STATE, C_FRAMES_OUT, C_PARSER, C_N };
 static struct slot conn_slots[C_N] = {
 	{"whole"}, {"unparsed"}, {"info"}, {"streams"}, {"resync"}, {"frame_start"},
-	{"pending"}, {"last_ns"}, {"tcp"}, {"state"}, {"frames_out"}};
+	{"pending"}, {"last_ns"}, {"tcp"}, {"state"}, {"frames_out"}, {"parser"}};
 enum { S_STARTED, S_KNOWN_END, S_HEAD, S_BUF, S_QUEUE, S_TIMES, S_LAST_END_NS, S_N };
 static struct slot stream_slots[S_N] = {
 	{"started"}, {"known_end"}, {"head"}, {"buf"}, {"queue"}, {"times"}, {"last_end_ns"}};
-static struct slot info_tls = {"tls"}, state_frames = {"frames"};
+static struct slot info_tls = {"tls"}, state_frames = {"frames"}, state_time_at = {"time_at"};
 
 static PyObject *setup(PyObject *self, PyObject *args)
 {
@@ -37,8 +38,13 @@ static PyObject *setup(PyObject *self, PyObject *args)
 		return NULL;
 	}
 	if (slots_of(conn, conn_slots, C_N) || slots_of(stream, stream_slots, S_N) ||
-	    slots_of(info, &info_tls, 1) || slots_of(state, &state_frames, 1))
+	    slots_of(info, &info_tls, 1) || slots_of(state, &state_frames, 1) ||
+	    slots_of(state, &state_time_at, 1))
 		return NULL;
+	PyObject *time_at = PyObject_GetAttrString(conn, "_time_at");
+	if (!time_at)
+		return NULL;
+	Py_XSETREF(time_at_func, time_at);
 	PyObject **keep[] = {(PyObject **)&conn_type, (PyObject **)&stream_type,
 			     (PyObject **)&info_type, (PyObject **)&state_type, &chunk_type};
 	PyObject *values[] = {conn, stream, info, state, chunk};
@@ -91,7 +97,6 @@ static PyObject *new_chunk(PyObject *const *fields)
 static PyObject *stepped_types, *frame_result, *s_parser, *s_parse, *s_release, *s__parse,
 	*s__finish_pending, *s_direction, *s_stream_pos, *s_start_ns, *s_end_ns, *s_tid,
 	*s_task, *s_tcp_seq, *s_size, *mask32;
-static struct slot conn_parser = {"parser"};
 
 static PyObject *stream_parsers(PyObject *self, PyObject *args)
 {
@@ -102,8 +107,6 @@ static PyObject *stream_parsers(PyObject *self, PyObject *args)
 		PyErr_SetString(PyExc_RuntimeError, "stream_parsers: setup() was not called");
 		return NULL;
 	}
-	if (slots_of((PyObject *)conn_type, &conn_parser, 1))
-		return NULL;
 	if (!s_parser) {
 		const char *names[] = {"parser", "parse", "release", "_parse", "_finish_pending",
 				       "direction", "stream_pos", "start_ns", "end_ns", "tid",
@@ -129,7 +132,7 @@ static int stepped_here(PyObject *conn)
 {
 	if (!stepped_types || !Py_IS_TYPE(conn, conn_type))
 		return 0;
-	PyObject *parser = slot_get(conn, &conn_parser);
+	PyObject *parser = slot_get(conn, &conn_slots[C_PARSER]);
 	if (!parser)
 		return 0;
 	for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(stepped_types); i++)
@@ -163,7 +166,7 @@ static int stream_step(PyObject *conn, PyObject *stream, PyObject *state, PyObje
 			PyErr_SetString(PyExc_TypeError, "stream_step: times must be a list");
 		return -1;
 	}
-	PyObject *parser = slot_get(conn, &conn_parser);
+	PyObject *parser = slot_get(conn, &conn_slots[C_PARSER]);
 	PyObject *parse = parser ? PyObject_GetAttr(parser, s_parse) : NULL;
 	if (!parse)
 		return -1;
@@ -278,34 +281,14 @@ out:
  * only with the state's time_at the connection's own. False, nothing changed, otherwise.
  */
 static PyObject *s_piece;
-static PyObject *time_at_func; /* Connection._time_at, the function */
-static PyTypeObject *piece_conn_type; /* the class the two slots below were read from */
-static struct slot piece_parser = {"parser"}, piece_time_at = {"time_at"};
-
-static int piece_ready(void)
-{
-	if (piece_conn_type == conn_type)
-		return 0;
-	if (slots_of((PyObject *)conn_type, &piece_parser, 1) ||
-	    slots_of((PyObject *)state_type, &piece_time_at, 1))
-		return -1;
-	PyObject *f = PyObject_GetAttrString((PyObject *)conn_type, "_time_at");
-	if (!f)
-		return -1;
-	Py_XSETREF(time_at_func, f);
-	piece_conn_type = conn_type;
-	return 0;
-}
 
 static PyObject *piece(PyObject *conn, PyObject *stream, PyObject *state, PyObject *direction,
 		       PyObject *pos, PyObject *msg_len, PyObject *payload, PyObject *start_ns,
 		       PyObject *end_ns, PyObject *known_end)
 {
-	if (piece_ready() < 0)
-		return NULL;
-	PyObject *parser = slot_get(conn, &piece_parser);
+	PyObject *parser = slot_get(conn, &conn_slots[C_PARSER]);
 	PyObject *step = parser ? _PyType_Lookup(Py_TYPE(parser), s_piece) : NULL;
-	PyObject *time_at = slot_get(state, &piece_time_at);
+	PyObject *time_at = slot_get(state, &state_time_at);
 	if (!step || step == Py_None || !time_at || !PyMethod_Check(time_at) ||
 	    PyMethod_GET_SELF(time_at) != conn || PyMethod_GET_FUNCTION(time_at) != time_at_func)
 		Py_RETURN_FALSE;

@@ -78,30 +78,6 @@ static PyObject *setup(PyObject *self, PyObject *args)
 	Py_RETURN_NONE;
 }
 
-/* an exact int slot as a long long; 0 when it is one (no error set), -1 else */
-static inline int ll_of(PyObject *v, long long *out)
-{
-	if (!v || !PyLong_CheckExact(v))
-		return -1;
-	int overflow;
-	*out = PyLong_AsLongLongAndOverflow(v, &overflow);
-	if (overflow || (*out == -1 && PyErr_Occurred())) {
-		PyErr_Clear();
-		return -1;
-	}
-	return 0;
-}
-
-/* set a slot to a new int; -1 with an error set */
-static inline int set_ll(PyObject *o, const struct slot *s, long long v)
-{
-	PyObject *x = PyLong_FromLongLong(v);
-	if (!x)
-		return -1;
-	Py_XSETREF(*(PyObject **)((char *)o + s->offset), x);
-	return 0;
-}
-
 /* a frame's slots when it is one of the two message types; NULL: another object */
 static inline struct slot *message_slots(PyObject *o)
 {

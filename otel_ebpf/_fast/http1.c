@@ -970,26 +970,6 @@ static const unsigned char *chunk_line(const unsigned char *p, const unsigned ch
 	return q + 2;
 }
 
-/* an exact int that fits a long long, in *v; 0 when the object is anything else */
-static inline int small_int(PyObject *o, long long *v)
-{
-	if (!o || !PyLong_CheckExact(o))
-		return 0;
-	int overflow;
-	*v = PyLong_AsLongLongAndOverflow(o, &overflow);
-	return !overflow && !(*v == -1 && PyErr_Occurred());
-}
-
-/* a new reference to int v into slot s of o; -1 on MemoryError */
-static inline int set_int(PyObject *o, const struct slot *s, long long v)
-{
-	PyObject *n = PyLong_FromLongLong(v);
-	if (!n)
-		return -1;
-	Py_XSETREF(*(PyObject **)((char *)o + s->offset), n);
-	return 0;
-}
-
 static PyObject *chunks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
 	if (nargs != 4) {
@@ -1020,18 +1000,18 @@ static PyObject *chunks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 	PyObject *body = slot_get(frame, &c_frame_slots[CF_BODY]);
 	long long s_size, f_chunks, f_body_size, b_size = 0, b_kept = 0, b_limit = 0;
 	PyObject *pieces = NULL;
-	if (!small_int(slot_get(s, &c_stream_slots[CS_SIZE]), &s_size) ||
-	    !small_int(slot_get(frame, &c_frame_slots[CF_CHUNKS]), &f_chunks) ||
-	    !small_int(slot_get(frame, &c_frame_slots[CF_BODY_SIZE]), &f_body_size))
+	if (ll_of(slot_get(s, &c_stream_slots[CS_SIZE]), &s_size) ||
+	    ll_of(slot_get(frame, &c_frame_slots[CF_CHUNKS]), &f_chunks) ||
+	    ll_of(slot_get(frame, &c_frame_slots[CF_BODY_SIZE]), &f_body_size))
 		Py_RETURN_FALSE;
 	if (!body)
 		Py_RETURN_FALSE;
 	if (body != Py_None) { /* kept for a layer: Body.add's fields */
 		pieces = slot_get(body, &c_body_slots[CB_PIECES]);
 		if (!Py_IS_TYPE(body, c_body_type) || !pieces || !PyList_CheckExact(pieces) ||
-		    !small_int(slot_get(body, &c_body_slots[CB_SIZE]), &b_size) ||
-		    !small_int(slot_get(body, &c_body_slots[CB_KEPT]), &b_kept) ||
-		    !small_int(slot_get(body, &c_body_slots[CB_LIMIT]), &b_limit))
+		    ll_of(slot_get(body, &c_body_slots[CB_SIZE]), &b_size) ||
+		    ll_of(slot_get(body, &c_body_slots[CB_KEPT]), &b_kept) ||
+		    ll_of(slot_get(body, &c_body_slots[CB_LIMIT]), &b_limit))
 			Py_RETURN_FALSE;
 	}
 
@@ -1086,15 +1066,15 @@ static PyObject *chunks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 			}
 			b_size += (long long)size;
 		}
-		if (set_int(body, &c_body_slots[CB_KEPT], b_kept) ||
-		    set_int(body, &c_body_slots[CB_SIZE], b_size))
+		if (set_ll(body, &c_body_slots[CB_KEPT], b_kept) ||
+		    set_ll(body, &c_body_slots[CB_SIZE], b_size))
 			goto error;
 		Py_DECREF(pieces);
 		Py_DECREF(body);
 	}
-	if (set_int(frame, &c_frame_slots[CF_CHUNKS], f_chunks + n_chunks) ||
-	    set_int(frame, &c_frame_slots[CF_BODY_SIZE], f_body_size + payload) ||
-	    set_int(s, &c_stream_slots[CS_SIZE], s_size + PyBytes_GET_SIZE(data)))
+	if (set_ll(frame, &c_frame_slots[CF_CHUNKS], f_chunks + n_chunks) ||
+	    set_ll(frame, &c_frame_slots[CF_BODY_SIZE], f_body_size + payload) ||
+	    set_ll(s, &c_stream_slots[CS_SIZE], s_size + PyBytes_GET_SIZE(data)))
 		return NULL;
 	Py_RETURN_TRUE;
 error:

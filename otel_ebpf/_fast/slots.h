@@ -52,4 +52,29 @@ static inline void slot_set(PyObject *o, const struct slot *s, PyObject *v)
 	Py_XSETREF(*(PyObject **)((char *)o + s->offset), v);
 }
 
+/* an exact int (a slot's value) that fits a long long, in *out: 0; -1 (no error set) for
+ * anything else, NULL included */
+static inline int ll_of(PyObject *v, long long *out)
+{
+	if (!v || !PyLong_CheckExact(v))
+		return -1;
+	int overflow;
+	*out = PyLong_AsLongLongAndOverflow(v, &overflow);
+	if (overflow || (*out == -1 && PyErr_Occurred())) {
+		PyErr_Clear();
+		return -1;
+	}
+	return 0;
+}
+
+/* set a slot to a new int; -1 with an error set */
+static inline int set_ll(PyObject *o, const struct slot *s, long long v)
+{
+	PyObject *x = PyLong_FromLongLong(v);
+	if (!x)
+		return -1;
+	Py_XSETREF(*(PyObject **)((char *)o + s->offset), x);
+	return 0;
+}
+
 #endif

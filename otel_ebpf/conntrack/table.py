@@ -8,7 +8,6 @@ from typing import NamedTuple
 from otel_ebpf import _fast
 from otel_ebpf.kernel import abi
 from otel_ebpf.protocols.base import ConnInfo, Direction, Frame, NeutralSpan, ParseResult, Role
-from otel_ebpf.protocols.http2 import HTTP2Parser
 from otel_ebpf.protocols.registry import Registry
 from otel_ebpf.telemetry import Stats
 
@@ -19,9 +18,10 @@ _tuple_new = tuple.__new__  # a named tuple of every field, without its __new__'
 LAST_READ_THREADS = 16384
 # enum members as module constants: looking a member up on its class costs ~0.2 µs
 _INGRESS = Direction.INGRESS
-# an HTTP/2 connection's usual syscall in the compiled data step too (_fast/conn.c
-# stream_step); False: Connection.on_data and _whole, its reference (tests compare the two)
-H2_STEP = True
+# the usual syscall of a stream parser whose class sets `compiled_stream_step` (HTTP/2) in
+# the compiled data step too (_fast/conn.c stream_step); False: Connection.on_data and
+# _whole, its reference (tests compare the two)
+STREAM_STEP = True
 
 
 class LastRead(NamedTuple):
@@ -80,7 +80,9 @@ class ConnTable:
         # the usual data event in one compiled call (False from it: on_data takes it)
         self.fast_data = compiled_data()
         if self.fast_data is not None:  # the parsers without `whole` whose step is compiled
-            _fast.conn.stream_parsers((HTTP2Parser,) if H2_STEP else (), ParseResult.FRAME)
+            stepped = dict.fromkeys(type(p) for p in registry.parsers
+                                    if getattr(p, "compiled_stream_step", False))
+            _fast.conn.stream_parsers(tuple(stepped) if STREAM_STEP else (), ParseResult.FRAME)
 
     def __len__(self) -> int:
         return len(self.conns)

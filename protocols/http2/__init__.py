@@ -35,6 +35,9 @@ class HTTP2Parser(ProtocolParser):
     transport = "stream"
     default_enabled = True
     default_rank = 20
+    # a syscall that is one whole frame is finished by the tracker's compiled data step
+    # (otel_ebpf/_fast/conn.c stream_step; Connection._whole its reference)
+    compiled_stream_step = True
     option_schema: ClassVar[Schema] = {
         "response_timeout": Duration(30.0, "a request with no answer begun by then ends as "
                                      "a timeout (answers under way may stream longer)"),

@@ -178,7 +178,7 @@ def test_recorded_spans_alike_through_the_agents_path(monkeypatch, seed, referen
         monkeypatch.setattr(h2parse, "COMPILED", False)
         assert HTTP2Parser().parse is h2parse.parse
     if reference != "frame loop":
-        monkeypatch.setattr(table, "H2_STEP", False)
+        monkeypatch.setattr(table, "STREAM_STEP", False)
     assert spans() == compiled
     assert len(compiled) == 800 if seed is None else len(compiled) > 700  # syscalls lost
 
@@ -200,7 +200,7 @@ def test_the_syscall_step_takes_whole_frames(monkeypatch):
     assert len(sp.spans_of(evs)) == 400
     stepped = len(calls)
     calls.clear()
-    monkeypatch.setattr(table, "H2_STEP", False)
+    monkeypatch.setattr(table, "STREAM_STEP", False)
     assert len(sp.spans_of(evs)) == 400
     assert len(calls) == data_events
     assert stepped < data_events * 3 // 4
@@ -225,5 +225,5 @@ def test_random_frames_through_the_table_alike(chunks, seed):
     compiled = spans()
     with pytest.MonkeyPatch.context() as m:
         m.setattr(h2parse, "COMPILED", False)
-        m.setattr(table, "H2_STEP", False)
+        m.setattr(table, "STREAM_STEP", False)
         assert spans() == compiled
