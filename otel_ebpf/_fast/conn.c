@@ -88,6 +88,36 @@ static PyObject *new_chunk(PyObject *const *fields)
 	return t;
 }
 
+/* what Stream.add notes of bytes up to `end`, the last at `end_ns`: the furthest byte
+ * seen and the last time; 0 or -1 */
+static int note_end(PyObject *stream, PyObject *end, PyObject *end_ns)
+{
+	PyObject *known_end = slot_get(stream, &stream_slots[S_KNOWN_END]);
+	int further = known_end ? PyObject_RichCompareBool(end, known_end, Py_GT) : 1;
+	if (further < 0)
+		return -1;
+	if (further)
+		slot_set(stream, &stream_slots[S_KNOWN_END], end);
+	slot_set(stream, &stream_slots[S_LAST_END_NS], end_ns);
+	return 0;
+}
+
+/* a finished frame into the state's frames and, where the connection keeps them, its
+ * (info, frame) list; 0 or -1 */
+static int finish_frame(PyObject *frames, PyObject *out, PyObject *info, PyObject *frame)
+{
+	if (PyList_Append(frames, frame) < 0)
+		return -1;
+	if (out == Py_None)
+		return 0;
+	PyObject *finished = PyTuple_Pack(2, info, frame);
+	if (!finished)
+		return -1;
+	int r = PyList_Append(out, finished);
+	Py_DECREF(finished);
+	return r;
+}
+
 /* ---- the step of a stream parser with no `whole` (HTTP/2) ----------------------------
  * Connection._whole for a syscall at the head of an empty stream, not inside a message
  * (data() checked both): the parser's answer to the payload; a FRAME of exactly these
@@ -148,13 +178,8 @@ static int stream_step(PyObject *conn, PyObject *stream, PyObject *state, PyObje
 {
 	PyObject *pos = fields[0], *end = fields[1], *payload = fields[2], *start_ns = fields[3],
 		 *end_ns = fields[4], *seq = fields[5];
-	PyObject *known_end = slot_get(stream, &stream_slots[S_KNOWN_END]);
-	int further = known_end ? PyObject_RichCompareBool(end, known_end, Py_GT) : 1;
-	if (further < 0)
+	if (note_end(stream, end, end_ns) < 0)
 		return -1;
-	if (further)
-		slot_set(stream, &stream_slots[S_KNOWN_END], end);
-	slot_set(stream, &stream_slots[S_LAST_END_NS], end_ns);
 	PyObject *times = slot_get(stream, &stream_slots[S_TIMES]);
 	PyObject *chunk = new_chunk(fields);
 	if (!chunk)
@@ -228,17 +253,8 @@ static int stream_step(PyObject *conn, PyObject *stream, PyObject *state, PyObje
 		Py_XDECREF(size);
 		if (truth < 0 || (!truth && PyObject_SetAttr(frame, s_size, consumed) < 0))
 			goto out;
-		if (PyList_Append(frames, frame) < 0)
+		if (finish_frame(frames, out, info, frame) < 0)
 			goto out;
-		if (out != Py_None) {
-			PyObject *finished = PyTuple_Pack(2, info, frame);
-			if (!finished)
-				goto out;
-			int a = PyList_Append(out, finished);
-			Py_DECREF(finished);
-			if (a < 0)
-				goto out;
-		}
 		ret = 0;
 		goto out;
 	}
@@ -284,7 +300,7 @@ static PyObject *s_piece;
 
 static PyObject *piece(PyObject *conn, PyObject *stream, PyObject *state, PyObject *direction,
 		       PyObject *pos, PyObject *msg_len, PyObject *payload, PyObject *start_ns,
-		       PyObject *end_ns, PyObject *known_end)
+		       PyObject *end_ns)
 {
 	PyObject *parser = slot_get(conn, &conn_slots[C_PARSER]);
 	PyObject *step = parser ? _PyType_Lookup(Py_TYPE(parser), s_piece) : NULL;
@@ -310,12 +326,8 @@ static PyObject *piece(PyObject *conn, PyObject *stream, PyObject *state, PyObje
 	}
 	/* on_data's and _whole's, for a piece */
 	slot_set(conn, &conn_slots[C_LAST_NS], end_ns);
-	int further = PyObject_RichCompareBool(end, known_end, Py_GT);
-	if (further < 0)
+	if (note_end(stream, end, end_ns) < 0)
 		goto done;
-	if (further)
-		slot_set(stream, &stream_slots[S_KNOWN_END], end);
-	slot_set(stream, &stream_slots[S_LAST_END_NS], end_ns);
 	slot_set(stream, &stream_slots[S_HEAD], end);
 	result = Py_True;
 done:
@@ -397,7 +409,7 @@ static PyObject *data(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 		Py_RETURN_FALSE;
 	if (frame_start != Py_None) /* inside a message: a body piece, or on_data's */
 		return piece(conn, stream, state, direction, pos, msg_len, payload, start_ns,
-			     end_ns, known_end);
+			     end_ns);
 
 	/* on_data's fast case, from here on */
 	slot_set(conn, &conn_slots[C_LAST_NS], end_ns);
@@ -438,24 +450,11 @@ static PyObject *data(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 		goto done;
 	}
 	/* what _whole leaves for such a frame */
-	int further = PyObject_RichCompareBool(end, known_end, Py_GT);
-	if (further < 0)
+	if (note_end(stream, end, end_ns) < 0)
 		goto done;
-	if (further)
-		slot_set(stream, &stream_slots[S_KNOWN_END], end);
-	slot_set(stream, &stream_slots[S_LAST_END_NS], end_ns);
 	slot_set(stream, &stream_slots[S_HEAD], end);
-	if (PyList_Append(frames, frame) < 0)
+	if (finish_frame(frames, out, info, frame) < 0)
 		goto done;
-	if (out != Py_None) {
-		PyObject *finished = PyTuple_Pack(2, info, frame);
-		if (!finished)
-			goto done;
-		int r = PyList_Append(out, finished);
-		Py_DECREF(finished);
-		if (r < 0)
-			goto done;
-	}
 	result = Py_True;
 done:
 	Py_XINCREF(result);
