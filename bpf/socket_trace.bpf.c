@@ -123,6 +123,37 @@ static __always_inline bool tls_bookkeeping(struct conn_state *st, struct syscal
 	return true;
 }
 
+/* Where a sendmmsg/recvmmsg walk stands: bpf_loop's context for emit_one_mmsg. */
+struct mmsg_walk {
+	struct conn_state *st;
+	struct syscall_args *a;
+	__u32 n;
+	__u8 dir;
+};
+
+/* One datagram of a sendmmsg/recvmmsg as its own data event; 1 (stop) after the last.
+ * A bpf_loop callback: the verifier checks emit_data here once, not once per message. */
+static long emit_one_mmsg(__u64 i, void *data)
+{
+	struct mmsg_walk *w = data;
+	if (i >= w->n)
+		return 1;
+	/* msg_name, msg_namelen, msg_iov, msg_iovlen, then msg_len: not the whole mmsghdr,
+	 * whose 64 bytes would take this frame, the loop's and the Context walk's past the
+	 * 512-byte stack */
+	__u64 head[4] = {};
+	__u32 len = 0;
+	__u64 at = w->a->ptr + i * sizeof(struct mmsghdr);
+	if (bpf_probe_read_user(head, sizeof(head), (void *)at) ||
+	    bpf_probe_read_user(&len, sizeof(len), (void *)(at + offsetof(struct mmsghdr, msg_len))))
+		return 1;
+	struct addr p = {};
+	read_sockaddr(head[0], &p);
+	emit_data(w->st, w->a, w->dir, len, 0, head[2], (__u32)head[3], &p, 0, MAX_MMSG_IOV,
+		  false, false, true);
+	return 0;
+}
+
 static __always_inline int on_exit(struct trace_event_raw_sys_exit *ctx, __u8 dir)
 {
 	__u64 id = bpf_get_current_pid_tgid();
@@ -192,18 +223,8 @@ static __always_inline int on_exit(struct trace_event_raw_sys_exit *ctx, __u8 di
 			count(CNT_IOV_LIMIT, 1);
 			n = MAX_MMSG;
 		}
-		for (__u32 i = 0; i < MAX_MMSG; i++) {
-			if (i >= n)
-				break;
-			struct mmsghdr mm = {};
-			if (bpf_probe_read_user(&mm, sizeof(mm),
-						(void *)(a.ptr + i * sizeof(struct mmsghdr))))
-				break;
-			struct addr p = {};
-			read_sockaddr((__u64)mm.msg_hdr.msg_name, &p);
-			emit_data(st, &a, dir, mm.msg_len, 0, (__u64)mm.msg_hdr.msg_iov,
-				  mm.msg_hdr.msg_iovlen, &p, 0, MAX_MMSG_IOV, false, false, true);
-		}
+		struct mmsg_walk w = {.st = st, .a = &a, .n = n, .dir = dir};
+		bpf_loop(MAX_MMSG, emit_one_mmsg, &w, 0);
 		return 0;
 	}
 	default:

@@ -453,34 +453,62 @@ static __always_inline void read_sockaddr(__u64 uaddr, struct addr *out)
 	}
 }
 
+/* Where an iovec walk stands: bpf_loop's context for copy_one_iov. */
+struct iov_walk {
+	struct scratch *s;
+	__u64 iov_ptr;
+	__u32 iovcnt;
+	__u32 cap;
+	__u32 off;
+};
+
+/* One iovec entry into the scratch payload; 1 (stop) past the last entry, at the capture
+ * or at a fault. */
+static __always_inline long iov_step(struct iov_walk *w, __u64 i)
+{
+	if (i >= w->iovcnt || w->off >= w->cap)
+		return 1;
+	struct iovec iov = {};
+	if (bpf_probe_read_user(&iov, sizeof(iov), (void *)(w->iov_ptr + i * sizeof(iov))))
+		return 1;
+	__u32 off = w->off;
+	__u32 n = w->cap - off;
+	if (iov.iov_len < n)
+		n = iov.iov_len;
+	/* off < cap <= MAX_CAPTURE and n <= cap - off, but the verifier cannot follow
+	 * that: restate both bounds where it can see them. */
+	off &= MAX_CAPTURE - 1;
+	n = bounded(n, MAX_CAPTURE);
+	if (bpf_probe_read_user(&w->s->payload[off], n, iov.iov_base))
+		return 1;
+	w->off = off + n;
+	return 0;
+}
+
+static long copy_one_iov(__u64 i, void *data) { return iov_step(data, i); }
+
 /* Copy up to `cap` bytes gathered from an iovec array into the scratch payload, walking at
- * most `max_iov` entries (a constant per call site: the verifier walks every iteration). */
+ * most `max_iov` entries. bpf_loop, not an unrolled loop: the verifier checks one entry's
+ * copy once instead of once per entry and path, which kept exit_read's program over its
+ * limit of a million instructions explored on some 6.18 builds. */
 static __always_inline __u32 copy_iov(struct scratch *s, __u64 iov_ptr, __u32 iovcnt, __u32 cap,
 				      const __u32 max_iov)
 {
-	__u32 off = 0;
 	if (iovcnt > max_iov) {
 		count(CNT_IOV_LIMIT, 1);
 		iovcnt = max_iov;
 	}
-	for (__u32 i = 0; i < max_iov; i++) {
-		if (i >= iovcnt || off >= cap)
-			break;
-		struct iovec iov = {};
-		if (bpf_probe_read_user(&iov, sizeof(iov), (void *)(iov_ptr + i * sizeof(iov))))
-			break;
-		__u32 n = cap - off;
-		if (iov.iov_len < n)
-			n = iov.iov_len;
-		/* off < cap <= MAX_CAPTURE and n <= cap - off, but the verifier cannot follow
-		 * that: restate both bounds where it can see them. */
-		off &= MAX_CAPTURE - 1;
-		n = bounded(n, MAX_CAPTURE);
-		if (bpf_probe_read_user(&s->payload[off], n, iov.iov_base))
-			break;
-		off += n;
+	struct iov_walk w = {.s = s, .iov_ptr = iov_ptr, .iovcnt = iovcnt, .cap = cap};
+	if (max_iov > MAX_MMSG_IOV) {
+		bpf_loop(max_iov, copy_one_iov, &w, 0);
+		return w.off;
 	}
-	return off;
+	/* a datagram's few entries, unrolled: its walk already runs inside a bpf_loop
+	 * callback (emit_one_mmsg), and a third frame would not fit the 512-byte stack */
+	for (__u32 i = 0; i < max_iov; i++)
+		if (iov_step(&w, i))
+			break;
+	return w.off;
 }
 
 /* "POST " and a path whose first 8 bytes are a wide key: an LLM API request, whose
