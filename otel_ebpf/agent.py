@@ -242,6 +242,7 @@ class Agent:
     def run(self) -> None:
         assert self.tracer is not None, "start() first"
         poll_ms = max(1, int(self.cfg.receiver.poll_interval_s * 1000))
+        retire_probes = self.cfg.receiver.correlation_asyncio_tasks
         next_sweep = time.monotonic() + SWEEP_INTERVAL_S
         while not self._stop.is_set():
             events = self.tracer.poll(poll_ms)
@@ -251,6 +252,9 @@ class Agent:
             if events:
                 self._new_processes(events)
                 self._emit(self._handle(events))
+            if retire_probes:
+                # at every poll: a busy leaf makes thousands of copies a second
+                self.tracer.asyncio.retire(self._primed)
             if time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + SWEEP_INTERVAL_S
                 now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
@@ -340,8 +344,6 @@ class Agent:
         self.stats.set_total("tls.unbound", sum(counters["tls_unbound"]))
         self.stats.set_total("tls.uncovered", len(self.tracer.ssl.static_uncovered))
         tasks = self.tracer.asyncio
-        if self.cfg.receiver.correlation_asyncio_tasks:
-            tasks.retire_leaves()
         self.stats.set_total("context_probes.attached", tasks.attached)
         self.stats.set_total("context_probes.retired", tasks.retired_count)
 

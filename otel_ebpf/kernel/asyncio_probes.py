@@ -10,8 +10,11 @@ thread state offsets of its CPython version."""
 from __future__ import annotations
 
 import logging
+import os
 import re
 import struct
+import time
+from collections.abc import Container
 from pathlib import Path
 
 from otel_ebpf.profiling.elf import ElfInfo
@@ -42,7 +45,10 @@ LEAF_COPIES = 1000
 # Processes of one interpreter file probed each for itself, at most: every probed process's
 # probe is one more consumer that each trap walks (~45 ns each here), so past this many the
 # file is probed for every process (one consumer; leaves then pay as well)
-SHARED_AFTER = 8
+SHARED_AFTER = 16
+# Seconds a probed process may go without a traced connection before its probes come off
+# (a short-lived tool, an idle interpreter); its first connection brings them back
+QUIET_S = 10.0
 # struct py_ctx_proc: runtime (here: _PyRuntime minus PyContext_CopyCurrent), offsets,
 # copies (per process: counted by the entry probe)
 PY_CTX_RECORD = struct.Struct("<qIIIIII")
@@ -121,6 +127,14 @@ def interpreter_record(path: str) -> tuple[int, bytes]:
     return offset, record
 
 
+def has_socket(proc: Path) -> bool:
+    """Whether the process at /proc/PID has a socket open."""
+    try:
+        return any(os.readlink(fd).startswith("socket:") for fd in (proc / "fd").iterdir())
+    except OSError:
+        return False
+
+
 def calls_out(ev: ConnOpen) -> bool:
     """Whether a connection says its process calls out: one it connected, a pipe (MCP over
     stdio), or a TCP connection open before the agent started (which side it is is not
@@ -150,6 +164,7 @@ class AsyncioProbes(LibraryProbes):
         self.calls_out: set[int] = set()  # pids seen calling out: their probes stay
         self.retired: set[int] = set()  # pids whose probes came off (only serving)
         self.attached = self.retired_count = 0  # totals, for the agent's own metrics
+        self._own = os.getpid()  # the agent copies Contexts too, untraced
         self._procs = obj.map("py_ctx_procs")
         self._probed = obj.map("py_ctx_probed")
 
@@ -158,7 +173,8 @@ class AsyncioProbes(LibraryProbes):
         new = 0
         for pid in pids:
             pid = int(pid)
-            if pid in self.processes or (pid in self.retired and pid not in self.calls_out):
+            if pid in self.processes or pid == self._own or (
+                    pid in self.retired and pid not in self.calls_out):
                 continue
             for path in interpreters_of(pid):
                 if path not in self.uncovered and self._file(path) is not None:
@@ -166,7 +182,10 @@ class AsyncioProbes(LibraryProbes):
         return new
 
     def scan_all(self, proc_root: str = "/proc") -> int:
-        return self.scan([p.name for p in Path(proc_root).iterdir() if p.name.isdigit()])
+        """At the agent's start: the processes with a socket open (the others are probed at
+        their first connection, as a process started later is at its exec)."""
+        return self.scan([p.name for p in Path(proc_root).iterdir()
+                          if p.name.isdigit() and has_socket(p)])
 
     def execed(self, pid: int) -> None:
         """Process `pid` runs a new program: probes for the old one go, the new one's come."""
@@ -192,24 +211,31 @@ class AsyncioProbes(LibraryProbes):
             self.retired.discard(pid)
             self.scan([pid])
 
-    def retire_leaves(self) -> int:
-        """Take the probes off processes that copied `leaf_copies` Contexts and never called
-        out; returns how many. Their socket calls stop reading Contexts too (unregistered)."""
-        if not self.leaf_copies:
-            return 0
-        retired = 0
-        for pid in [p for p in self.processes if p not in self.calls_out]:
+    def retire(self, connected: Container[int], now: float | None = None) -> int:
+        """Take the probes off processes that need none; returns how many. A leaf: it
+        copied `leaf_copies` Contexts and never called out (its probes come back only when
+        it does). A quiet one: no traced connection (`connected`) within QUIET_S of its
+        probes (they come back at its first connection). Either stops reading Contexts at
+        its socket calls too (unregistered)."""
+        now = time.monotonic() if now is None else now
+        gone = 0
+        for pid, (_, _, since) in list(self.processes.items()):
+            if pid in self.calls_out:
+                continue
             key = pid.to_bytes(4, "little")
-            record = self._procs.lookup(key)
-            if record is None or PY_CTX_RECORD.unpack(record)[-1] < self.leaf_copies:
+            if pid in connected:
+                record = self._procs.lookup(key) if self.leaf_copies else None
+                if record is None or PY_CTX_RECORD.unpack(record)[-1] < self.leaf_copies:
+                    continue
+                self.retired.add(pid)
+                self.retired_count += 1
+                log.debug("context probes off process %d: it only serves", pid)
+            elif now - since < QUIET_S:
                 continue
             self._detach_process(pid)
             self._procs.delete(key)
-            self.retired.add(pid)
-            retired += 1
-            self.retired_count += 1
-            log.debug("context probes off process %d: it only serves", pid)
-        return retired
+            gone += 1
+        return gone
 
     def _file(self, path: str) -> int | None:
         """The interpreter file's record index (written to the kernel once), or None."""
@@ -246,7 +272,7 @@ class AsyncioProbes(LibraryProbes):
     def _attach_process(self, pid: int, path: str) -> int:
         if path in self.shared:
             return 0
-        if sum(1 for f, _ in self.processes.values() if f == path) >= self.shared_after:
+        if sum(1 for f, *_ in self.processes.values() if f == path) >= self.shared_after:
             return self._share(path)
         try:
             links = self._attach(path, pid)
@@ -254,7 +280,7 @@ class AsyncioProbes(LibraryProbes):
             if Path("/proc", str(pid)).exists():  # a process gone already needs none
                 log.warning("context probes on %s for process %d failed: %s", path, pid, exc)
             return 0
-        self.processes[pid] = (path, links)
+        self.processes[pid] = (path, links, time.monotonic())
         self.attached += 1
         self._probed.update(pid.to_bytes(4, "little"), b"\x01")
         log.debug("context probes attached to %s for process %d", path, pid)
@@ -270,7 +296,7 @@ class AsyncioProbes(LibraryProbes):
             self.uncovered.add(path)
             return 0
         self.shared.add(path)
-        for pid in [p for p, (f, _) in self.processes.items() if f == path]:
+        for pid in [p for p, (f, *_) in self.processes.items() if f == path]:
             self._detach_process(pid)
         log.info("context probes attached to %s for every process (more than %d need them)",
                  path, self.shared_after)
