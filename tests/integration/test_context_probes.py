@@ -2,7 +2,9 @@
 its exec, a prefork server's worker from its fork, a process that only serves loses them
 once it has copied `correlation.leaf_copies` Contexts, and a middle hop keeps them: its
 outbound calls still find their requests (asyncio task evidence) after the leaf's came
-off. Read from the agent's own kernel maps (bpftool): which processes are probed."""
+off. Then the rules one by one on a loaded capture object: leaf, quiet process, many
+processes of one interpreter, exit. Which processes are probed and registered is read from
+the kernel maps (bpftool): one capture object is loaded in these tests at a time."""
 
 from __future__ import annotations
 
@@ -15,10 +17,13 @@ import time
 import httpx
 import pytest
 
+from otel_ebpf.kernel.asyncio_probes import QUIET_S
+from otel_ebpf.kernel.libbpf import LibbpfLog
+from otel_ebpf.kernel.socket_tracer import CaptureSettings, SocketTracer
 from tests.support.ports import free_port
 from tests.support.processes import stop_process
 
-from .conftest import REPO, KEEP_ALIVE_S, VENV_BIN, read_metrics, wait_port
+from .conftest import KEEP_ALIVE_S, REPO, VENV_BIN, read_metrics, require_kernel, wait_port
 
 pytestmark = pytest.mark.kernel
 
@@ -131,3 +136,96 @@ def test_forked_worker_gets_its_own_probes(tmp_path, start_agent, uvicorn_server
         assert_task_parents(spans, range(1, 21))
     finally:
         stop_process(parent)
+
+
+# A Python process that copies Contexts on demand: "N" on its stdin -> N copies, then "ok"
+COPIER = """
+import contextvars, sys
+print("ready", flush=True)
+for line in sys.stdin:
+    for _ in range(int(line)):
+        contextvars.copy_context()
+    print("ok", flush=True)
+"""
+
+
+@pytest.fixture
+def probes():
+    """The Context probes of a loaded capture object, driven directly."""
+    require_kernel()
+    tracer = SocketTracer(CaptureSettings(ports=(free_port(),)), LibbpfLog())
+    yield tracer.asyncio
+    tracer.close()
+
+
+def copier() -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", COPIER], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def copy(proc: subprocess.Popen, n: int) -> None:
+    proc.stdin.write(f"{n}\n")
+    proc.stdin.flush()
+    assert proc.stdout.readline().strip() == "ok"
+
+
+def test_a_leaf_is_retired_after_its_copies_and_one_calling_out_is_kept(probes):
+    probes.leaf_copies = 500
+    leaf, caller = copier(), copier()
+    try:
+        assert probes.scan([leaf.pid, caller.pid]) == 2
+        probes.calling_out(caller.pid)
+        for proc in (leaf, caller):
+            copy(proc, 499)
+        assert probes.retire(connected={leaf.pid, caller.pid}) == 0  # 499 < 500
+        assert map_pids("py_ctx_procs") >= {leaf.pid, caller.pid}  # both registered
+        for proc in (leaf, caller):
+            copy(proc, 2)  # the first copy registered the process, uncounted
+        assert probes.retire(connected={leaf.pid, caller.pid}) == 1
+        assert map_pids("py_ctx_probed") == {caller.pid}
+        assert leaf.pid not in map_pids("py_ctx_procs")  # unregistered: no Context reads
+        assert probes.scan([leaf.pid]) == 0  # retired: not probed again at a connection
+        probes.calling_out(leaf.pid)  # ... until it calls out
+        assert map_pids("py_ctx_probed") == {caller.pid, leaf.pid}
+    finally:
+        for proc in (leaf, caller):
+            stop_process(proc)
+
+
+def test_a_quiet_process_loses_its_probes_until_its_first_connection(probes):
+    proc = copier()
+    try:
+        assert probes.scan([proc.pid]) == 1
+        assert probes.retire(connected=set(), now=time.monotonic() + QUIET_S - 1) == 0
+        assert probes.retire(connected=set(), now=time.monotonic() + QUIET_S + 1) == 1
+        assert map_pids("py_ctx_probed") == set()
+        assert probes.scan([proc.pid]) == 1  # its first connection
+        assert map_pids("py_ctx_probed") == {proc.pid}
+    finally:
+        stop_process(proc)
+
+
+def test_many_processes_of_one_interpreter_share_a_file_wide_probe(probes):
+    probes.shared_after = 2
+    procs = [copier() for _ in range(3)]
+    try:
+        assert probes.scan([p.pid for p in procs[:2]]) == 2
+        assert map_pids("py_ctx_probed") == {p.pid for p in procs[:2]}
+        assert probes.scan([procs[2].pid]) == 1  # the third: the file, for every process
+        assert map_pids("py_ctx_probed") == set() and len(probes.shared) == 1
+        for proc in procs:
+            copy(proc, 1)  # registers each: the file-wide entry probe fires everywhere
+        assert map_pids("py_ctx_procs") >= {p.pid for p in procs}
+    finally:
+        for proc in procs:
+            stop_process(proc)
+
+
+def test_exit_takes_a_process_probes_off(probes):
+    proc = copier()
+    assert probes.scan([proc.pid]) == 1
+    stop_process(proc)
+    probes.exited(proc.pid)
+    assert map_pids("py_ctx_probed") == set() and not probes.processes
