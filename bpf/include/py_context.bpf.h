@@ -25,6 +25,10 @@ struct py_ctx_proc {
 	__u32 tstate_context;    /* PyThreadState.context */
 	__u32 copies;            /* per process: Contexts copied since it registered, read by
 				  * user space to take the probes off a process that only serves */
+	__u32 calls_out;         /* per process: 1 once it opened a traced connection out (set
+				  * here, at the connection, so that user space never takes the
+				  * probes off a process whose connection it has not read yet) */
+	__u32 _pad;
 };
 
 CAPTURE_MAP struct {
@@ -125,6 +129,14 @@ static __always_inline __u64 py_current_context(void)
 		return 0;
 	__u64 ts = py_ctx_tstate(p, (__u32)id);
 	return ts ? py_ctx_read_ptr(ts + p->tstate_context) : 0;
+}
+
+/* A registered process opened a connection out: it keeps its Context probes. */
+static __always_inline void py_ctx_calls_out(__u32 tgid)
+{
+	struct py_ctx_proc *p = bpf_map_lookup_elem(&py_ctx_procs, &tgid);
+	if (p && !p->calls_out)
+		p->calls_out = 1;
 }
 
 #endif

@@ -46,12 +46,14 @@ LEAF_COPIES = 1000
 # probe is one more consumer that each trap walks (~45 ns each here), so past this many the
 # file is probed for every process (one consumer; leaves then pay as well)
 SHARED_AFTER = 16
-# Seconds a probed process may go without a traced connection before its probes come off
-# (a short-lived tool, an idle interpreter); its first connection brings them back
+# Seconds a probed process without a traced connection may go with no socket open before
+# its probes come off (a short-lived tool, an idle interpreter), and between such looks;
+# its first connection brings them back
 QUIET_S = 10.0
 # struct py_ctx_proc: runtime (here: _PyRuntime minus PyContext_CopyCurrent), offsets,
-# copies (per process: counted by the entry probe)
-PY_CTX_RECORD = struct.Struct("<qIIIIII")
+# copies (per process: counted by the entry probe), calls_out (per process: set by the
+# kernel at a connection out), padding
+PY_CTX_RECORD = struct.Struct("<qIIIIIIII")
 
 
 def interpreters_of(pid: int | str, proc_root: str = "/proc") -> set[str]:
@@ -123,7 +125,8 @@ def interpreter_record(path: str) -> tuple[int, bytes]:
         raise UnsupportedPython(f"CPython {version[0]}.{version[1]} (3.11 to 3.13 are known)")
     o = for_version(version, elf.read(runtime[0], DEBUG_OFFSETS_SIZE))
     record = PY_CTX_RECORD.pack(runtime[0] - copy_vaddr, o.interp_head, o.threads_head,
-                                o.tstate_next, o.tstate_native_tid, TSTATE_CONTEXT[version], 0)
+                                o.tstate_next, o.tstate_native_tid, TSTATE_CONTEXT[version],
+                                0, 0, 0)
     return offset, record
 
 
@@ -159,12 +162,14 @@ class AsyncioProbes(LibraryProbes):
         self.shared_after = shared_after
         self.interpreters: dict[str, int] = {}  # path -> its record's index (the cookie)
         self._sites: dict[str, int] = {}  # path -> the copy site's file offset
-        self.processes: dict[int, tuple[str, list[int]]] = {}  # pid -> (file, its links)
+        # pid -> [file, its links, when to look again whether it is quiet]
+        self.processes: dict[int, list] = {}
         self.shared: set[str] = set()  # files probed for every process
         self.calls_out: set[int] = set()  # pids seen calling out: their probes stay
         self.retired: set[int] = set()  # pids whose probes came off (only serving)
         self.attached = self.retired_count = 0  # totals, for the agent's own metrics
         self._own = os.getpid()  # the agent copies Contexts too, untraced
+        self.proc_root = "/proc"
         self._procs = obj.map("py_ctx_procs")
         self._probed = obj.map("py_ctx_probed")
 
@@ -214,23 +219,33 @@ class AsyncioProbes(LibraryProbes):
     def retire(self, connected: Container[int], now: float | None = None) -> int:
         """Take the probes off processes that need none; returns how many. A leaf: it
         copied `leaf_copies` Contexts and never called out (its probes come back only when
-        it does). A quiet one: no traced connection (`connected`) within QUIET_S of its
-        probes (they come back at its first connection). Either stops reading Contexts at
-        its socket calls too (unregistered)."""
+        it does). A quiet one: no socket open QUIET_S after its probes came, nor at any check
+        every QUIET_S since (a tool, an idle interpreter; a server waiting for its first
+        request has its listening socket): its probes come back at its first connection.
+        Either stops reading Contexts at its socket calls too (unregistered)."""
         now = time.monotonic() if now is None else now
         gone = 0
-        for pid, (_, _, since) in list(self.processes.items()):
+        for pid, (_, _, check_at) in list(self.processes.items()):
             if pid in self.calls_out:
                 continue
             key = pid.to_bytes(4, "little")
             if pid in connected:
                 record = self._procs.lookup(key) if self.leaf_copies else None
-                if record is None or PY_CTX_RECORD.unpack(record)[-1] < self.leaf_copies:
+                if record is None:
+                    continue
+                *_, copies, kernel_calls_out, _ = PY_CTX_RECORD.unpack(record)
+                if kernel_calls_out:  # a connection out the agent has not read yet
+                    self.calls_out.add(pid)
+                    continue
+                if copies < self.leaf_copies:
                     continue
                 self.retired.add(pid)
                 self.retired_count += 1
                 log.debug("context probes off process %d: it only serves", pid)
-            elif now - since < QUIET_S:
+            elif now < check_at:
+                continue
+            elif has_socket(Path(self.proc_root, str(pid))):
+                self.processes[pid][2] = now + QUIET_S
                 continue
             self._detach_process(pid)
             self._procs.delete(key)
@@ -280,7 +295,7 @@ class AsyncioProbes(LibraryProbes):
             if Path("/proc", str(pid)).exists():  # a process gone already needs none
                 log.warning("context probes on %s for process %d failed: %s", path, pid, exc)
             return 0
-        self.processes[pid] = (path, links, time.monotonic())
+        self.processes[pid] = [path, links, time.monotonic() + QUIET_S]
         self.attached += 1
         self._probed.update(pid.to_bytes(4, "little"), b"\x01")
         log.debug("context probes attached to %s for process %d", path, pid)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -140,8 +141,15 @@ def test_forked_worker_gets_its_own_probes(tmp_path, start_agent, uvicorn_server
 
 # A Python process that copies Contexts on demand: "N" on its stdin -> N copies, then "ok"
 COPIER = """
-import contextvars, sys
+import contextvars, socket, sys
+if sys.argv[1:2] == ["listen"]:
+    server = socket.create_server(("127.0.0.1", 0))
 print("ready", flush=True)
+if sys.argv[1:2] == ["connect"]:  # once probed: a copy registers it, then it connects
+    sys.stdin.readline()
+    contextvars.copy_context()
+    out = socket.create_connection(("127.0.0.1", int(sys.argv[2])))
+    print("connected", flush=True)
 for line in sys.stdin:
     for _ in range(int(line)):
         contextvars.copy_context()
@@ -149,17 +157,20 @@ for line in sys.stdin:
 """
 
 
+SELECTED = free_port()  # the one port the capture object traces
+
+
 @pytest.fixture
 def probes():
     """The Context probes of a loaded capture object, driven directly."""
     require_kernel()
-    tracer = SocketTracer(CaptureSettings(ports=(free_port(),)), LibbpfLog())
+    tracer = SocketTracer(CaptureSettings(ports=(SELECTED,)), LibbpfLog())
     yield tracer.asyncio
     tracer.close()
 
 
-def copier() -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", COPIER], stdin=subprocess.PIPE,
+def copier(*args: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", COPIER, *args], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     return proc
@@ -194,17 +205,40 @@ def test_a_leaf_is_retired_after_its_copies_and_one_calling_out_is_kept(probes):
             stop_process(proc)
 
 
+def test_a_connection_out_the_agent_has_not_read_keeps_the_probes(probes):
+    """The kernel marks a registered process that connects out: under load the agent reads
+    the connection later than the copies are counted, and must not retire it meanwhile."""
+    probes.leaf_copies = 100
+    with socket.create_server(("127.0.0.1", SELECTED)) as server:
+        proc = copier("connect", str(SELECTED))
+        try:
+            assert probes.scan([proc.pid]) == 1
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            server.settimeout(30)
+            server.accept()[0].close()
+            assert proc.stdout.readline().strip() == "connected"
+            copy(proc, 200)
+            assert probes.retire(connected={proc.pid}) == 0  # no ConnOpen read: the kernel's mark
+            assert proc.pid in probes.calls_out and map_pids("py_ctx_probed") == {proc.pid}
+        finally:
+            stop_process(proc)
+
+
 def test_a_quiet_process_loses_its_probes_until_its_first_connection(probes):
-    proc = copier()
+    """Quiet: no traced connection and no socket open. A server waiting for its first
+    request (a listening socket) keeps its probes."""
+    proc, server = copier(), copier("listen")
     try:
-        assert probes.scan([proc.pid]) == 1
+        assert probes.scan([proc.pid, server.pid]) == 2
         assert probes.retire(connected=set(), now=time.monotonic() + QUIET_S - 1) == 0
         assert probes.retire(connected=set(), now=time.monotonic() + QUIET_S + 1) == 1
-        assert map_pids("py_ctx_probed") == set()
+        assert map_pids("py_ctx_probed") == {server.pid}
         assert probes.scan([proc.pid]) == 1  # its first connection
-        assert map_pids("py_ctx_probed") == {proc.pid}
+        assert map_pids("py_ctx_probed") == {server.pid, proc.pid}
     finally:
         stop_process(proc)
+        stop_process(server)
 
 
 def test_many_processes_of_one_interpreter_share_a_file_wide_probe(probes):
