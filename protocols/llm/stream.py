@@ -127,10 +127,18 @@ def _sse_event(block: bytes, ns: int) -> StreamEvent | None:
 
 
 def decode_sse(body: Body) -> Decoded:
-    dropped = 0
     events, first, expect = _sse_whole_pieces(body)
     if first == len(body.pieces):
         return Decoded(events, 0)
+    return decode_sse_rest(body, first, expect, events)
+
+
+def decode_sse_rest(body: Body, first: int, expect: int,
+                    events: list[StreamEvent] | None = None) -> Decoded:
+    """The events from piece `first` on (at offset `expect`), after `events`: the body's
+    pieces before it were read by piece (_sse_whole_pieces, or events.read_sse's C reader)."""
+    events = [] if events is None else events
+    dropped = 0
     for block in _blocks(body, _SSE_END, first, expect):
         if block is None:
             dropped += 1
