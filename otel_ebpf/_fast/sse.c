@@ -10,11 +10,15 @@
  * is sure of, and handed to the Python `_openai_event` otherwise. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "slots.h"
 
 static PyTypeObject *event_type; /* StreamEvent, a tuple subclass */
+static PyTypeObject *piece_type; /* BodyPiece, read by slot */
+static struct slot piece_slots[] = {{"offset", 0}, {"ns", 0}, {"data", 0}};
+enum { P_OFFSET, P_NS, P_DATA };
 static PyObject *sse_event;      /* _sse_event(block, ns) -> StreamEvent | None */
 static PyObject *empty_name, *s_offset, *s_data, *s_ns;
 
@@ -116,43 +120,55 @@ static PyObject *walk(PyObject *pieces, struct sink *sink)
 	long long expect = 0;
 	Py_ssize_t i, count = PyList_GET_SIZE(pieces);
 	for (i = 0; i < count; i++) {
-		PyObject *piece = PyList_GET_ITEM(pieces, i);
-		PyObject *offset = PyObject_GetAttr(piece, s_offset);
-		if (!offset)
-			return NULL;
-		int overflow;
-		long long at = PyLong_Check(offset) ? PyLong_AsLongLongAndOverflow(offset, &overflow)
-						    : -1;
-		int off_ok = PyLong_Check(offset) && !overflow && at == expect;
+		PyObject *piece = PyList_GET_ITEM(pieces, i), *offset, *data, *ns;
+		if (Py_IS_TYPE(piece, piece_type)) { /* a BodyPiece: its slots, by offset */
+			offset = slot_get(piece, &piece_slots[P_OFFSET]);
+			data = slot_get(piece, &piece_slots[P_DATA]);
+			ns = slot_get(piece, &piece_slots[P_NS]);
+			if (!offset || !data || !ns) {
+				PyErr_SetString(PyExc_AttributeError, "sse: a BodyPiece without a field");
+				return NULL;
+			}
+			Py_INCREF(offset);
+			Py_INCREF(data);
+			Py_INCREF(ns);
+		} else {
+			offset = PyObject_GetAttr(piece, s_offset);
+			data = offset ? PyObject_GetAttr(piece, s_data) : NULL;
+			ns = data ? PyObject_GetAttr(piece, s_ns) : NULL;
+			if (!ns) {
+				Py_XDECREF(offset);
+				Py_XDECREF(data);
+				return NULL;
+			}
+		}
+		int r = -2;
+		if (PyLong_Check(offset)) {
+			int overflow;
+			long long at = PyLong_AsLongLongAndOverflow(offset, &overflow);
+			r = !overflow && at == expect ? 0 : 1;
+		}
+		/* at its offset, bytes ending in "\n\n" and without a CR, or the search reads it */
+		if (!r && PyBytes_CheckExact(data)) {
+			const char *d = PyBytes_AS_STRING(data);
+			Py_ssize_t n = PyBytes_GET_SIZE(data);
+			if (n >= 2 && d[n - 1] == '\n' && d[n - 2] == '\n' && !memchr(d, '\r', n)) {
+				r = piece_events(d, n, ns, sink);
+				if (!r)
+					expect += n;
+			} else {
+				r = 1;
+			}
+		} else {
+			r = 1;
+		}
 		Py_DECREF(offset);
-		if (!off_ok)
-			break;
-		PyObject *data = PyObject_GetAttr(piece, s_data);
-		if (!data)
-			return NULL;
-		if (!PyBytes_CheckExact(data)) { /* not bytes: the search reads it */
-			Py_DECREF(data);
-			break;
-		}
-		const char *d = PyBytes_AS_STRING(data);
-		Py_ssize_t n = PyBytes_GET_SIZE(data);
-		if (n < 2 || d[n - 1] != '\n' || d[n - 2] != '\n' || memchr(d, '\r', n)) {
-			Py_DECREF(data);
-			break;
-		}
-		PyObject *ns = PyObject_GetAttr(piece, s_ns);
-		if (!ns) {
-			Py_DECREF(data);
-			return NULL;
-		}
-		int r = piece_events(d, n, ns, sink);
-		Py_DECREF(ns);
 		Py_DECREF(data);
+		Py_DECREF(ns);
 		if (r < 0)
 			return NULL;
 		if (r > 0)
 			break;
-		expect += n;
 	}
 	return Py_BuildValue("(nL)", i, expect);
 }
@@ -255,6 +271,37 @@ static inline int cont(unsigned char c)
 	return (c & 0xC0) == 0x80;
 }
 
+/* what a byte is inside a string: 0 printable ASCII but '"' and '\\'; else the class
+ * that the loop in jstring looks at */
+enum { B_PLAIN, B_QUOTE, B_ESCAPE, B_BAD, B_LEAD2, B_LEAD3, B_LEAD4 };
+static unsigned char byte_class[256];
+
+static void byte_classes(void)
+{
+	for (int c = 0; c < 256; c++)
+		byte_class[c] = c < 0x20		 ? B_BAD
+				: c < 0x80		 ? B_PLAIN
+				: c < 0xC2		 ? B_BAD /* continuation, overlong lead */
+				: c < 0xE0		 ? B_LEAD2
+				: c < 0xF0		 ? B_LEAD3
+				: c < 0xF5		 ? B_LEAD4
+							 : B_BAD;
+	byte_class['"'] = B_QUOTE;
+	byte_class['\\'] = B_ESCAPE;
+}
+
+/* eight bytes, all B_PLAIN: no '"', no '\\', none below 0x20 or above 0x7F (a word at a
+ * time, as the byte loop would find them: a set high bit marks the first such byte) */
+static inline int plain8(const unsigned char *p)
+{
+	const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+	uint64_t w;
+	memcpy(&w, p, 8);
+	uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
+	uint64_t found = ((q - ones) & ~q) | ((b - ones) & ~b) | ((w - ones * 0x20) & ~w) | w;
+	return !(found & highs);
+}
+
 /* a string (sc->p at its opening quote): 0, or -1 for anything not read here */
 static int jstring(struct scan *sc, struct val *v)
 {
@@ -263,19 +310,18 @@ static int jstring(struct scan *sc, struct val *v)
 	v->esc = 0;
 	v->s = (const char *)p;
 	for (;;) {
+		while (end - p >= 8 && plain8(p))
+			p += 8;
+		while (p < end && byte_class[*p] == B_PLAIN)
+			p++;
 		if (p >= end)
 			return -1;
 		unsigned char c = *p;
-		if (c == '"')
-			break;
-		if (c < 0x20)
-			return -1;
-		if (c < 0x80 && c != '\\') {
-			p++;
-			continue;
-		}
 		Py_ssize_t left = end - p;
-		if (c == '\\') {
+		switch (byte_class[c]) {
+		case B_QUOTE:
+			goto closed;
+		case B_ESCAPE: {
 			if (left < 2)
 				return -1;
 			unsigned char e = p[1];
@@ -299,24 +345,30 @@ static int jstring(struct scan *sc, struct val *v)
 				return -1;
 			}
 			v->esc = 1;
-		} else if (c >= 0xC2 && c <= 0xDF) {
+			break;
+		}
+		case B_LEAD2:
 			if (left < 2 || !cont(p[1]))
 				return -1;
 			p += 2;
-		} else if (c >= 0xE0 && c <= 0xEF) {
+			break;
+		case B_LEAD3:
 			if (left < 3 || !cont(p[1]) || !cont(p[2]) || (c == 0xE0 && p[1] < 0xA0) ||
 			    (c == 0xED && p[1] > 0x9F))
 				return -1;
 			p += 3;
-		} else if (c >= 0xF0 && c <= 0xF4) {
+			break;
+		case B_LEAD4:
 			if (left < 4 || !cont(p[1]) || !cont(p[2]) || !cont(p[3]) ||
 			    (c == 0xF0 && p[1] < 0x90) || (c == 0xF4 && p[1] > 0x8F))
 				return -1;
 			p += 4;
-		} else {
+			break;
+		default: /* a control character, a byte no UTF-8 character starts with */
 			return -1;
 		}
 	}
+closed:
 	v->kind = J_STR;
 	v->n = (const char *)p - v->s;
 	v->truthy = v->n > 0; /* every escape and every character is at least one character */
@@ -786,20 +838,23 @@ static PyObject *openai_setup(PyObject *self, PyObject *args)
 
 static PyObject *setup(PyObject *self, PyObject *args)
 {
-	PyObject *type, *fn;
-	if (!PyArg_ParseTuple(args, "O!O", &PyType_Type, &type, &fn))
+	PyObject *type, *fn, *piece;
+	if (!PyArg_ParseTuple(args, "O!OO!", &PyType_Type, &type, &fn, &PyType_Type, &piece))
 		return NULL;
 	if (!PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type) || !PyCallable_Check(fn)) {
-		PyErr_SetString(PyExc_TypeError, "setup(StreamEvent, _sse_event)");
+		PyErr_SetString(PyExc_TypeError, "setup(StreamEvent, _sse_event, BodyPiece)");
 		return NULL;
 	}
+	if (slots_of(piece, piece_slots, sizeof piece_slots / sizeof *piece_slots))
+		return NULL;
 	Py_XSETREF(event_type, (PyTypeObject *)Py_NewRef(type));
 	Py_XSETREF(sse_event, Py_NewRef(fn));
+	Py_XSETREF(piece_type, (PyTypeObject *)Py_NewRef(piece));
 	Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
-	{"setup", setup, METH_VARARGS, "setup(StreamEvent, _sse_event)"},
+	{"setup", setup, METH_VARARGS, "setup(StreamEvent, _sse_event, BodyPiece)"},
 	{"whole_pieces", whole_pieces, METH_O,
 	 "whole_pieces(body.pieces) -> (events, first piece not read, its offset)"},
 	{"openai_setup", openai_setup, METH_VARARGS,
@@ -820,5 +875,6 @@ PyMODINIT_FUNC PyInit_sse(void)
 	s_ns = PyUnicode_InternFromString("ns");
 	if (!empty_name || !s_offset || !s_data || !s_ns)
 		return NULL;
+	byte_classes();
 	return PyModule_Create(&module);
 }

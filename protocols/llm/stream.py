@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from otel_ebpf import _fast
 
-from ..layers import Body
+from ..layers import Body, BodyPiece
 
 # an SSE event ends at a blank line; lines end with CRLF, LF or CR. A lone CR counts only
 # once the next byte shows it is not the first half of a CRLF (it may be in the next piece).
@@ -166,7 +166,7 @@ def _compiled():  # noqa: ANN202 - the C function, or None
     fast = _fast.sse
     if fast is None:
         return None
-    fast.setup(StreamEvent, _sse_event)
+    fast.setup(StreamEvent, _sse_event, BodyPiece)
     return fast.whole_pieces
 
 
