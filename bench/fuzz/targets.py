@@ -150,6 +150,47 @@ def _http1_differential(pieces: list[bytes]) -> Callable[[bytes], None]:
     return one
 
 
+def _llm_openai(pieces: list[bytes]) -> Callable[[bytes], None]:
+    """The compiled OpenAI chunk reader (otel_ebpf/_fast/sse.c openai_events, content
+    capture off) against the Python one: each input's records made into spans twice, with
+    and without it; a difference is a crash (AssertionError)."""
+    from otel_ebpf.protocols.llm import events as llm_events
+
+    def one(data: bytes, totals: Totals) -> None:
+        (driver,) = fuzz_stream(atheris.FuzzedDataProvider(data),
+                                lambda: (HTTP1Parser(), (LLMLayer(),)), pieces)
+        spans = driver.spans()
+        saved, llm_events._OPENAI_EVENTS = llm_events._OPENAI_EVENTS, None
+        try:
+            reference = driver.spans()
+        finally:
+            llm_events._OPENAI_EVENTS = saved
+        assert spans == reference, (spans, reference)
+        assert [list(s.attributes.items()) for s in spans] == \
+            [list(s.attributes.items()) for s in reference]
+        totals.add(driver, len(spans))
+
+    return one
+
+
+def _openai_chunks() -> list[bytes]:
+    """Chat-completion chunks as servers write them, in HTTP chunks and bare."""
+    docs = [b'{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m",'
+            b'"system_fingerprint":"fp","choices":[{"index":0,"delta":{"role":"assistant",'
+            b'"content":""},"logprobs":null,"finish_reason":null}]}',
+            b'{"id":"chatcmpl-1","model":"m","choices":[{"index":0,"delta":{"content":" w1"},'
+            b'"finish_reason":null}]}',
+            b'{"id":"c","choices":[{"index":1,"delta":{"reasoning_content":"hm"}}],"usage":null}',
+            b'{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"service_tier":"t"}',
+            b'{"choices":[{"text":"x","index":0,"finish_reason":"length"}]}',
+            b'{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5}}']
+    out = []
+    for doc in docs:
+        event = b"data: " + doc + b"\n\n"
+        out += [event, f"{len(event):x}\r\n".encode() + event + b"\r\n"]
+    return out + [b"data: [DONE]\n\n", b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"]
+
+
 def _http_pieces(paths: list[str], bodies: list[bytes]) -> list[bytes]:
     """HTTP/1 heads for the layer's paths, and bodies shaped like its documents."""
     heads = []
@@ -295,6 +336,9 @@ def _parsers() -> dict[str, Callable]:
         # layers read bodies inside HTTP/1 messages: fuzz them through the real HTTP parser
         "llm": _stream(lambda: (HTTP1Parser(), (LLMLayer({"capture_content": True}),)),
                        _http_pieces(llm_paths, json_bits)),
+        # OpenAI chunks without content capture: the compiled reader against the Python one
+        "llm_openai": _llm_openai(_http_pieces(["/v1/chat/completions", "/v1/completions"],
+                                               _openai_chunks() + json_bits)),
         # the dialects whose paths name the model: Gemini (SSE) and Bedrock (AWS event stream)
         "genai": _stream(lambda: (HTTP1Parser(), (LLMLayer({"capture_content": True}),)),
                          _http_pieces(PATH_ROUTES, _genai_bits(json_bits))),
