@@ -361,13 +361,12 @@ def typed_options(cls: type, options: Mapping[str, Any] | None) -> dict[str, Any
 
 def positional_maker(cls: type, names: tuple[str, ...]) -> Callable[..., Any]:
     """A function that builds a `cls` (a slots dataclass, frozen or not, without
-    __post_init__) from the
-    fields `names`, given in that order, every other field at its default: what
-    `cls(name=value, ...)` builds, about 4x faster. Calling a class with keywords goes
-    through its __init__ slot with a tuple and a dict made for the call; this is a plain
-    call (in C where the agent's extensions are built, otel_ebpf/_fast/maker.c, else a
-    generated Python function, python_maker), and the fields are set as __init__ sets
-    them, positional arguments only."""
+    __post_init__) from the fields `names`, given in that order, every other field at its
+    default: what `cls(name=value, ...)` builds, about 4x faster. Calling a class with
+    keywords goes through its __init__ slot with a tuple and a dict made for the call;
+    this is a plain call (in C where the agent's extensions are built,
+    otel_ebpf/_fast/maker.c, else a generated Python function, python_maker), and the
+    fields are set as __init__ sets them, positional arguments only."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     missing = [n for n in names if n not in fields]
     if missing or getattr(cls, "__post_init__", None) is not None:

@@ -290,8 +290,9 @@ static void byte_classes(void)
 	byte_class['\\'] = B_ESCAPE;
 }
 
-/* eight bytes, all B_PLAIN: no '"', no '\\', none below 0x20 or above 0x7F (a word at a
- * time, as the byte loop would find them: a set high bit marks the first such byte) */
+/* eight bytes, all B_PLAIN: no '"', no '\\', none below 0x20 or above 0x7F, tested as one
+ * word; 0 sends the byte loop to look (`found` has a high bit set at each such byte, maybe
+ * at a later one too where a borrow ran on, and none when there is no such byte) */
 static inline int plain8(const unsigned char *p)
 {
 	const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
@@ -665,6 +666,12 @@ static int jchunk(const char *d, Py_ssize_t n, struct chunk *k)
 	return sc.p == sc.end ? 0 : -1;
 }
 
+/* set a slot to a new reference, taking it */
+static inline void slot_take(PyObject *o, const struct slot *s, PyObject *v)
+{
+	Py_XSETREF(*(PyObject **)((char *)o + s->offset), v);
+}
+
 /* text(value) of a value read here, as a new reference: the str, or None */
 static PyObject *text_of(const struct val *v)
 {
@@ -723,22 +730,22 @@ static int read_chunk(PyObject *info, const char *d, Py_ssize_t n, PyObject *ns)
 	if (want_id) {
 		if (!(v = text_of(&k.id)))
 			return -1;
-		Py_XSETREF(*(PyObject **)((char *)info + info_slots[I_ID].offset), v);
+		slot_take(info, &info_slots[I_ID], v);
 	}
 	if (want_model) {
 		if (!(v = text_of(&k.model)))
 			return -1;
-		Py_XSETREF(*(PyObject **)((char *)info + info_slots[I_MODEL].offset), v);
+		slot_take(info, &info_slots[I_MODEL], v);
 	}
 	if (want_fp) {
 		if (!(v = text_of(&k.fingerprint)))
 			return -1;
-		Py_XSETREF(*(PyObject **)((char *)info + info_slots[I_FINGERPRINT].offset), v);
+		slot_take(info, &info_slots[I_FINGERPRINT], v);
 	}
 	if (want_tier) {
 		if (!(v = text_of(&k.tier)))
 			return -1;
-		Py_XSETREF(*(PyObject **)((char *)info + info_slots[I_TIER].offset), v);
+		slot_take(info, &info_slots[I_TIER], v);
 	}
 	if (!k.choices_list)
 		return 1;

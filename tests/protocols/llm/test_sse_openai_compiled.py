@@ -122,6 +122,21 @@ def test_content_capture_and_other_dialects_take_the_reference() -> None:
     same(body_of(pieces), route=Endpoints(()).route("POST", "/v1/messages"))
 
 
+def test_a_byte_that_needs_a_look_at_every_place_in_a_string() -> None:
+    """The strings are scanned eight bytes at a time: each byte the scan must stop at
+    (quote, backslash escapes, control bytes, UTF-8 leads good and bad), at every place
+    of a word and across two."""
+    specials = [b'\\"', b"\\n", b"\\u00e9", b"\x00", b"\x1f", b"\x7f", b"\x80", b"\xc3\xa9",
+                b"\xc3", b"\xe2\x82\xac", b"\xf0\x9f\x98\x80", b"\xff", b'"']
+    for special in specials:
+        for at in range(18):
+            words = b"w" * at + special + b"x" * (17 - at)
+            for key in (b"content", b"id"):
+                chunk = (b'{"%s":"%s","choices":[{"index":0,"delta":{"content":"%s"}}]}'
+                         % (key, words, words))
+                same(body_of([b"data: " + chunk + b"\n\n"]))
+
+
 # chunks whose JSON crosses the C reader's lines ------------------------------------------
 
 ws = st.sampled_from([b"", b"", b" ", b"\t", b"\r\n ", b"\n"])
