@@ -24,7 +24,7 @@ setup(
         Extension("otel_ebpf._fast.rtps", ["otel_ebpf/_fast/rtps.c"],
                   depends=["otel_ebpf/_fast/slots.h"], extra_compile_args=FAST_FLAGS),
         Extension("otel_ebpf._fast.sse", ["otel_ebpf/_fast/sse.c"],
-                  extra_compile_args=FAST_FLAGS),
+                  depends=["otel_ebpf/_fast/slots.h"], extra_compile_args=FAST_FLAGS),
         Extension("otel_ebpf._fast.maker", ["otel_ebpf/_fast/maker.c"],
                   depends=["otel_ebpf/_fast/slots.h"], extra_compile_args=FAST_FLAGS),
         Extension("otel_ebpf._fast.h2", ["otel_ebpf/_fast/h2.c"],

@@ -360,17 +360,16 @@ def typed_options(cls: type, options: Mapping[str, Any] | None) -> dict[str, Any
 
 
 def positional_maker(cls: type, names: tuple[str, ...]) -> Callable[..., Any]:
-    """A function that builds a `cls` (a slots dataclass without __post_init__) from the
-    fields `names`, given in that order, every other field at its default: what
-    `cls(name=value, ...)` builds, about 4x faster. Calling a class with keywords goes
-    through its __init__ slot with a tuple and a dict made for the call; this is a plain
-    call (in C where the agent's extensions are built, otel_ebpf/_fast/maker.c, else a
-    generated Python function, python_maker), and the fields are set as __init__ sets
-    them, positional arguments only."""
+    """A function that builds a `cls` (a slots dataclass, frozen or not, without
+    __post_init__) from the fields `names`, given in that order, every other field at its
+    default: what `cls(name=value, ...)` builds, about 4x faster. Calling a class with
+    keywords goes through its __init__ slot with a tuple and a dict made for the call;
+    this is a plain call (in C where the agent's extensions are built,
+    otel_ebpf/_fast/maker.c, else a generated Python function, python_maker), and the
+    fields are set as __init__ sets them, positional arguments only."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     missing = [n for n in names if n not in fields]
-    if missing or getattr(cls, "__post_init__", None) is not None \
-            or cls.__dataclass_params__.frozen:
+    if missing or getattr(cls, "__post_init__", None) is not None:
         raise TypeError(f"positional_maker({cls.__name__}): {missing or 'not plain'}")
     # one (name, source, what) per field, in field order: an argument's position, a
     # default (1) or a default factory (2)
@@ -397,7 +396,8 @@ def python_maker(cls: type, names: tuple[str, ...],
                  plan: list[tuple[str, int, Any]]) -> Callable[..., Any]:
     """positional_maker's Python implementation, the reference of otel_ebpf/_fast/maker.c:
     a function generated from the field names, as dataclasses generates __init__."""
-    env: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    env: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_set": object.__setattr__}
+    frozen = cls.__dataclass_params__.frozen  # set as its own __init__ does, past __setattr__
     lines = [f"def make({', '.join(names)}):", "    o = _new(_cls)"]
     for name, source, what in plan:
         if source == 0:
@@ -408,7 +408,7 @@ def python_maker(cls: type, names: tuple[str, ...],
         else:
             env[f"_f_{name}"] = what
             value = f"_f_{name}()"
-        lines.append(f"    o.{name} = {value}")
+        lines.append(f"    _set(o, {name!r}, {value})" if frozen else f"    o.{name} = {value}")
     lines.append("    return o")
     exec("\n".join(lines), env)  # noqa: S102 - code made from field names, as dataclasses does
     make = env["make"]

@@ -150,6 +150,55 @@ def _http1_differential(pieces: list[bytes]) -> Callable[[bytes], None]:
     return one
 
 
+def _llm_openai(pieces: list[bytes]) -> Callable[[bytes], None]:
+    """The compiled OpenAI chunk reader (otel_ebpf/_fast/sse.c openai_events, content
+    capture off) against the Python one: each input's records made into spans twice, with
+    and without it; a difference is a crash (AssertionError)."""
+    from otel_ebpf.protocols.llm import events as llm_events
+
+    def one(data: bytes, totals: Totals) -> None:
+        (driver,) = fuzz_stream(atheris.FuzzedDataProvider(data),
+                                lambda: (HTTP1Parser(), (LLMLayer(),)), pieces)
+        spans = driver.spans()
+        saved, llm_events._OPENAI_EVENTS = llm_events._OPENAI_EVENTS, None
+        try:
+            reference = driver.spans()
+        finally:
+            llm_events._OPENAI_EVENTS = saved
+        assert spans == reference, (spans, reference)
+        assert [list(s.attributes.items()) for s in spans] == \
+            [list(s.attributes.items()) for s in reference]
+        totals.add(driver, len(spans))
+
+    return one
+
+
+def _openai_pieces(json_bits: list[bytes]) -> list[bytes]:
+    """Chat and completions requests, and their SSE answers: whole (head, chunks, end),
+    the head alone, each chunk framed and bare, so that one pick makes a stream."""
+    docs = [b'{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m",'
+            b'"system_fingerprint":"fp","choices":[{"index":0,"delta":{"role":"assistant",'
+            b'"content":""},"logprobs":null,"finish_reason":null}]}',
+            b'{"id":"chatcmpl-1","model":"m","choices":[{"index":0,"delta":{"content":" w1"},'
+            b'"finish_reason":null}]}',
+            b'{"id":"c","choices":[{"index":1,"delta":{"reasoning_content":"hm"}}],"usage":null}',
+            b'{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"service_tier":"t"}',
+            b'{"choices":[{"text":"x","index":0,"finish_reason":"length"}]}',
+            b'{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5}}']
+    events = [b"data: " + doc + b"\n\n" for doc in [*docs, b"[DONE]"]]
+    framed = [f"{len(e):x}\r\n".encode() + e + b"\r\n" for e in events]
+    head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
+    requests = [f"POST {path} HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\n"
+                f"Content-Length: 2\r\n\r\n{{}}".encode()
+                for path in ("/v1/chat/completions", "/v1/completions")]
+    whole = head + b"".join(framed) + b"0\r\n\r\n"
+    # the request and the whole answer as often as every other piece together: most
+    # inputs then hold a stream, whose chunks the fuzzer goes on to cut and alter
+    rest = [head, head + framed[0], *framed, *events, b"0\r\n\r\n", *json_bits]
+    return [*rest, *[requests[0], whole, requests[1], whole] * (len(rest) // 4)]
+
+
 def _http_pieces(paths: list[str], bodies: list[bytes]) -> list[bytes]:
     """HTTP/1 heads for the layer's paths, and bodies shaped like its documents."""
     heads = []
@@ -295,6 +344,8 @@ def _parsers() -> dict[str, Callable]:
         # layers read bodies inside HTTP/1 messages: fuzz them through the real HTTP parser
         "llm": _stream(lambda: (HTTP1Parser(), (LLMLayer({"capture_content": True}),)),
                        _http_pieces(llm_paths, json_bits)),
+        # OpenAI chunks without content capture: the compiled reader against the Python one
+        "llm_openai": _llm_openai(_openai_pieces(json_bits)),
         # the dialects whose paths name the model: Gemini (SSE) and Bedrock (AWS event stream)
         "genai": _stream(lambda: (HTTP1Parser(), (LLMLayer({"capture_content": True}),)),
                          _http_pieces(PATH_ROUTES, _genai_bits(json_bits))),

@@ -6,7 +6,8 @@ Each module here is an implementation of something Python keeps as the reference
 llhttp), `conn` takes a connection's usual data event (otel_ebpf/conntrack/connection.py),
 `otlp` writes OTLP Span messages (otel_ebpf/export/otlp_proto.py), `rtps` reads RTPS
 datagrams into submessages (protocols/rtps/parse.py), `sse` splits SSE bodies into
-events (protocols/llm/stream.py), `maker` builds slots dataclasses from positional fields
+events (protocols/llm/stream.py) and reads OpenAI chat chunks into the response's fields
+(protocols/llm/events.py read_events), `maker` builds slots dataclasses from positional fields
 (protocols/base.py positional_maker), `h2` splits HTTP/2 bytes into frames
 (protocols/http2/parse.py). All are built by
 `pip install -e .` (setup.py); when they are missing (no compiler) or

@@ -24,11 +24,11 @@ from ..layers import DEFAULT_BODY_LIMIT, Body, HTTPExchange, HTTPLayer
 from ..options import Custom, Flag, Schema, Size, Text
 from . import spans
 from .endpoints import Endpoints, Route
-from .events import read_events, read_eventstream
+from .events import read_events, read_eventstream, read_sse
 from .eventstream import decode_eventstream
 from .request import read_request
 from .response import ResponseInfo, error_type, read_json
-from .stream import decode_ndjson, decode_sse
+from .stream import decode_ndjson
 
 DEFAULT_MAX_CONTENT_BYTES = 4096
 
@@ -69,7 +69,7 @@ def read_response(exchange: HTTPExchange, route: Route, capture: bool) -> Respon
         return info
     kind = _stream_kind(exchange.response_content_type, body)
     if kind == "sse":
-        read_events(decode_sse(body), route, info)
+        read_sse(body, route, info)
     elif kind == "ndjson":
         read_events(decode_ndjson(body), route, info)
     elif kind == "eventstream":

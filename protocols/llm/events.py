@@ -16,6 +16,9 @@ from typing import Any
 
 import orjson
 
+from otel_ebpf import _fast
+
+from ..layers import Body
 from .endpoints import ANTHROPIC, GEMINI, OLLAMA, OPENAI, Route
 from .eventstream import Frames
 from .response import (
@@ -35,7 +38,7 @@ from .response import (
     sequence,
     text,
 )
-from .stream import Decoded
+from .stream import Decoded, decode_sse, decode_sse_rest
 
 # a handler reads one event's JSON and says whether it carried content
 Handler = Callable[[dict[str, Any], ResponseInfo], bool]
@@ -238,6 +241,49 @@ def read_events(decoded: Decoded, route: Route, info: ResponseInfo) -> None:
             continue
         if handler(doc, info) and len(info.content_ns) < MAX_CONTENT_TIMES:
             info.content_ns.append(event.ns)
+
+
+def _openai_event(data: bytes, ns: int, info: ResponseInfo) -> None:
+    """One turn of read_events' loop for an OpenAI chunk: what the compiled reader hands
+    back for an event whose JSON it does not read itself."""
+    if data == b"[DONE]":
+        return
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return
+    if not isinstance(doc, dict):
+        return
+    if _openai_chunk(doc, info) and len(info.content_ns) < MAX_CONTENT_TIMES:
+        info.content_ns.append(ns)
+
+
+def read_sse(body: Body, route: Route, info: ResponseInfo) -> None:
+    """`read_events(decode_sse(body), route, info)`, the reference. An OpenAI chat or
+    completions stream read without content capture goes to otel_ebpf/_fast/sse.c where
+    it is built: the events of the pieces that end where events end are read there
+    straight into `info` (no event objects, no dicts), then the rest as here."""
+    handler = _HANDLERS.get((route.dialect, route.responses_api), _foreign)
+    if _OPENAI_EVENTS is None or handler is not _openai_chunk or info.capture \
+            or type(info) is not ResponseInfo:
+        read_events(decode_sse(body), route, info)
+        return
+    first, expect = _OPENAI_EVENTS(body.pieces, info)
+    if first == len(body.pieces):
+        info.streamed = True
+        return
+    read_events(decode_sse_rest(body, first, expect), route, info)
+
+
+def _compiled():  # noqa: ANN202 - the C function, or None
+    fast = _fast.sse
+    if fast is None:
+        return None
+    fast.openai_setup(ResponseInfo, _openai_event, MAX_CONTENT_TIMES)
+    return fast.openai_events
+
+
+_OPENAI_EVENTS = _compiled()
 
 
 # Bedrock event streams ------------------------------------------------------------------

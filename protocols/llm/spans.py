@@ -47,10 +47,19 @@ would attribute a local model's calls (and their cost) to OpenAI.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
-from ..base import AttributeValue, Instrument, Measurement, NeutralSpan, SpanKind, StatusCode
+from ..base import (
+    AttributeValue,
+    Instrument,
+    Measurement,
+    NeutralSpan,
+    SpanKind,
+    StatusCode,
+    positional_maker,
+)
 from ..layers import HTTPExchange
 from . import content
 from .endpoints import ANTHROPIC, BEDROCK, EMBEDDINGS, GEMINI, OLLAMA, OPENAI, Route
@@ -138,8 +147,11 @@ MAX_CHUNK_MEASUREMENTS = 4096  # per span: one per chunk gap, as semconv asks, b
 NS = 1e9
 
 Attributes = dict[str, AttributeValue]
+# one Measurement per chunk gap on a client span: made without the frozen __init__
+_new_measurement = positional_maker(Measurement, ("instrument", "value", "attributes"))
 
 
+@functools.lru_cache(maxsize=1024)  # a host's answer, once: it is asked for every call
 def provider(host: str, configured: str | None, dialect: str) -> str:
     name = host.rpartition("@")[2].lower()
     name = name[1:].partition("]")[0] if name.startswith("[") else name.partition(":")[0]
@@ -270,7 +282,8 @@ def _client_measurements(
     if timing.first is not None:
         out.append(Measurement(CLIENT_TTFC, timing.first, common))
         out += [
-            Measurement(CLIENT_TPOC, gap, common) for gap in timing.gaps[:MAX_CHUNK_MEASUREMENTS]
+            _new_measurement(CLIENT_TPOC, gap, common)
+            for gap in timing.gaps[:MAX_CHUNK_MEASUREMENTS]
         ]
     return out
 

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from otel_ebpf import _fast
 
-from ..layers import Body
+from ..layers import Body, BodyPiece
 
 # an SSE event ends at a blank line; lines end with CRLF, LF or CR. A lone CR counts only
 # once the next byte shows it is not the first half of a CRLF (it may be in the next piece).
@@ -127,10 +127,18 @@ def _sse_event(block: bytes, ns: int) -> StreamEvent | None:
 
 
 def decode_sse(body: Body) -> Decoded:
-    dropped = 0
     events, first, expect = _sse_whole_pieces(body)
     if first == len(body.pieces):
         return Decoded(events, 0)
+    return decode_sse_rest(body, first, expect, events)
+
+
+def decode_sse_rest(body: Body, first: int, expect: int,
+                    events: list[StreamEvent] | None = None) -> Decoded:
+    """The events from piece `first` on (at offset `expect`), after `events`: the body's
+    pieces before it were read by piece (_sse_whole_pieces, or events.read_sse's C reader)."""
+    events = [] if events is None else events
+    dropped = 0
     for block in _blocks(body, _SSE_END, first, expect):
         if block is None:
             dropped += 1
@@ -158,7 +166,7 @@ def _compiled():  # noqa: ANN202 - the C function, or None
     fast = _fast.sse
     if fast is None:
         return None
-    fast.setup(StreamEvent, _sse_event)
+    fast.setup(StreamEvent, _sse_event, BodyPiece)
     return fast.whole_pieces
 
 

@@ -8,7 +8,13 @@ import dataclasses
 import importlib
 
 import pytest
-from otel_ebpf.protocols.base import ConnInfo, NeutralSpan, positional_maker, python_maker
+from otel_ebpf.protocols.base import (
+    ConnInfo,
+    Measurement,
+    NeutralSpan,
+    positional_maker,
+    python_maker,
+)
 
 from otel_ebpf import _fast
 from otel_ebpf.correlate import joiner
@@ -17,6 +23,7 @@ from otel_ebpf.correlate import joiner
 parse = importlib.import_module("otel_ebpf.protocols.http1.parse")
 spans = importlib.import_module("otel_ebpf.protocols.http1.spans")
 stitch = importlib.import_module("otel_ebpf.protocols.http1.stitch")
+llm_spans = importlib.import_module("otel_ebpf.protocols.llm.spans")
 
 
 def _fields(obj) -> dict:
@@ -28,6 +35,7 @@ MAKERS = [
     (parse._whole_request, parse.HTTPRequest), (parse._whole_response, parse.HTTPResponse),
     (spans._new_span, NeutralSpan), (stitch._new_record, stitch.HTTPRecord),
     (joiner._new_request, joiner.Request),
+    (llm_spans._new_measurement, Measurement),  # frozen: set past its __setattr__
 ]
 
 
@@ -46,7 +54,7 @@ def test_the_makers_build_what_the_constructors_build(maker, cls):
 
 def test_only_plain_dataclasses_and_known_fields():
     with pytest.raises(TypeError):
-        positional_maker(ConnInfo, ("pid",))  # frozen
+        positional_maker(ConnInfo, ("pid",))  # role, fd, generation... have no default
     with pytest.raises(TypeError):
         positional_maker(NeutralSpan, ("no_such_field",))
     with pytest.raises(TypeError):
@@ -84,3 +92,17 @@ def test_the_compiled_maker_builds_what_the_python_one_builds(maker, cls):
         maker(*values, None)
     with pytest.raises(TypeError):
         maker(*values[:-1], **{maker.names[-1]: values[-1]})
+
+
+@pytest.mark.parametrize("make", [
+    lambda: positional_maker(Measurement, ("instrument", "value")),
+    lambda: python_maker(Measurement, ("instrument", "value"),
+                         _plan(Measurement, ("instrument", "value"))),
+])
+def test_a_frozen_class_is_built_as_its_constructor_builds_it(make):
+    maker = make()
+    made = maker("m", 0.5)
+    assert made == Measurement("m", 0.5) and type(made) is Measurement
+    assert made.attributes == {} and made.attributes is not maker("m", 0.5).attributes
+    with pytest.raises(dataclasses.FrozenInstanceError):  # frozen afterwards, as before
+        made.value = 1.0
