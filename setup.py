@@ -29,5 +29,7 @@ setup(
                   depends=["otel_ebpf/_fast/slots.h"], extra_compile_args=FAST_FLAGS),
         Extension("otel_ebpf._fast.h2", ["otel_ebpf/_fast/h2.c"],
                   depends=["otel_ebpf/_fast/slots.h"], extra_compile_args=FAST_FLAGS),
+        Extension("otel_ebpf._fast.correlate", ["otel_ebpf/_fast/correlate.c"],
+                  depends=["otel_ebpf/_fast/slots.h"], extra_compile_args=FAST_FLAGS),
     ],
 )
