@@ -59,8 +59,12 @@ OTEL_EBPF_BPF_DIR = its bpf/build (the venv's editable install may point at anot
 checkout), and the folder its `otel_ebpf` comes from is checked before each start.
 --exporter otlp (http part): spans go over OTLP/gRPC (the agent's otlp exporter, insecure,
 its defaults otherwise) to a real receiver instead of the file: rotel's collector (the
-`rotel` test dependency) on the peers' core with its blackhole exporter, logging a line
-per export request with its span count; "spans in time" counts those (by kind: "otlp").
+`rotel` test dependency) with its blackhole exporter, logging a line per export request
+with its span count; "spans in time" counts those (by kind: "otlp"). rotel runs on the
+agent's core (--receiver-cpu to move it): on the peers' core, beside the open-loop load
+client, it answered too late from 10,000 req/s on and the agent's export queue dropped
+spans (its export thread waiting on rotel's answers, its own CPU under half a core);
+on the agent's core it takes core time the agent could have had, not the agent's CPU.
 --compare N (http part): instead of the steps, N rounds at each rate of the agent with
 the compiled per-event path (otel_ebpf/_fast) and with the pure Python path
 (OTEL_EBPF_PURE_PYTHON=1), interleaved (the order alternating per round): medians and
@@ -308,7 +312,7 @@ class Agent(AgentProcess):
 
 class Receiver:
     """A real OTLP/gRPC receiver for --exporter otlp: rotel's collector (the `rotel`
-    package, a test dependency) on the peers' core, dropping what it takes (its blackhole
+    package, a test dependency) on CPU `cpu`, dropping what it takes (its blackhole
     exporter) and logging one line per request with its span count, which RotelCounter
     sums."""
 
@@ -535,7 +539,8 @@ def http_step(rate: float, args, exe: Path, profile: bool = False, pure: bool = 
         try:
             wait_port(port, server)
             if args.exporter == "otlp":
-                receiver = Receiver(workdir, args.peer_cpu)
+                receiver = Receiver(workdir, args.agent_cpu if args.receiver_cpu is None
+                                    else args.receiver_cpu)
             with pure_python(pure):
                 agent = Agent(workdir, [port], args.agent_cpu, tree=tree,
                               otlp_port=receiver.port if receiver else None)
@@ -964,6 +969,8 @@ def main() -> int:
                     help="with --compare: the agent of this checkout (built) against this one's")
     ap.add_argument("--exporter", choices=("file", "otlp"), default="file",
                     help="http part: spans to the file exporter, or over OTLP/gRPC to rotel")
+    ap.add_argument("--receiver-cpu", type=int,
+                    help="--exporter otlp: the CPU rotel runs on (default: the agent's)")
     ap.add_argument("--out", type=Path, help="append the tables to this Markdown file")
     args = ap.parse_args()
     if os.geteuid() != 0:
