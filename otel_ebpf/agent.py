@@ -96,6 +96,11 @@ def _log_disabled(*exporter_sets: dict) -> None:
 # reference counting, never in a cycle; at 700 a young pass runs every few exchanges, walks
 # the batch's live objects and promotes them, so that the older passes walk them too.
 GC_THRESHOLDS = (20_000, 50, 100)
+# How long the thread running the per-event path keeps the GIL while an exporter's thread
+# waits for it (Python's default is 5 ms): an OTLP/gRPC export takes the GIL several times
+# per request (its call, the answer, the channel's own thread), each wait up to this long
+# while the agent is busy (decisions §56)
+SWITCH_INTERVAL_S = 0.001
 
 
 def _tune_gc() -> None:
@@ -210,6 +215,7 @@ class Agent:
         if self.cfg.receiver.rdma_enabled:
             self._start_rdma()
         _tune_gc()
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         print(READY_LINE, file=sys.stderr, flush=True)
 
     def _start_rdma(self) -> None:
