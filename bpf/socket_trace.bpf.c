@@ -300,8 +300,8 @@ int enter_close(struct trace_event_raw_sys_enter *ctx)
 	return 0;
 }
 
-/* A process event (exit, exec) for user space. */
-static __always_inline int emit_proc_event(__u8 type)
+/* A process event (exit, exec, fork) for user space about process `pid`. */
+static __always_inline int emit_proc_event(__u8 type, __u32 pid)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	if ((id >> 32) == cfg.agent_pid)
@@ -314,7 +314,7 @@ static __always_inline int emit_proc_event(__u8 type)
 	ev->hdr.type = type;
 	ev->hdr.tid = (__u32)id;
 	ev->hdr.ts_ns = bpf_ktime_get_ns();
-	ev->pid = id >> 32;
+	ev->pid = pid;
 	ev->_pad = 0;
 	bpf_ringbuf_submit(ev, wakeup_flags());
 	return 0;
@@ -331,13 +331,29 @@ int on_process_exit(void *ctx)
 	bpf_map_delete_elem(&inflight, &id);
 	if ((__u32)id != (id >> 32))
 		return 0; /* a thread, not the process */
-	return emit_proc_event(EV_PROC_EXIT);
+	return emit_proc_event(EV_PROC_EXIT, id >> 32);
 }
 
 /* A process runs a new program: user space looks for OpenSSL linked into it (a static
  * build is known from its executable alone, before it makes any connection). */
 SEC("tracepoint/sched/sched_process_exec")
-int on_process_exec(void *ctx) { return emit_proc_event(EV_PROC_EXEC); }
+int on_process_exec(void *ctx)
+{
+	return emit_proc_event(EV_PROC_EXEC, bpf_get_current_pid_tgid() >> 32);
+}
+
+/* A new process (not a thread) forked by one whose Context probes are its own: user space
+ * attaches the child's (a prefork server's workers serve and call out like their parent). */
+SEC("raw_tp/sched_process_fork")
+int on_process_fork(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct task_struct *child = (struct task_struct *)ctx->args[1];
+	__u32 pid = BPF_CORE_READ(child, pid), tgid = BPF_CORE_READ(child, tgid);
+	__u32 parent = bpf_get_current_pid_tgid() >> 32;
+	if (pid != tgid || !bpf_map_lookup_elem(&py_ctx_probed, &parent))
+		return 0;
+	return emit_proc_event(EV_PROC_FORK, tgid);
+}
 
 /* ---- contextvars.Context hand-offs (a uprobe pair on CPython's PyContext_CopyCurrent) -- */
 
@@ -358,13 +374,17 @@ static __always_inline void register_interpreter(struct pt_regs *ctx, __u32 tgid
 
 /* PyContext_CopyCurrent(void): every hand-off of a Context to new work copies it (an
  * asyncio task's creation, loop.call_soon, contextvars.copy_context() in asyncio.to_thread,
- * anyio and Starlette's thread pools). The entry only registers the process. */
+ * anyio and Starlette's thread pools). The entry registers the process, then counts its
+ * copies (user space takes the probes off a process that makes many and only serves). */
 SEC("uprobe")
 int BPF_KPROBE(context_copy_enter)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
-	if (!bpf_map_lookup_elem(&py_ctx_procs, &tgid))
+	struct py_ctx_proc *p = bpf_map_lookup_elem(&py_ctx_procs, &tgid);
+	if (p)
+		__sync_fetch_and_add(&p->copies, 1);
+	else
 		register_interpreter(ctx, tgid, (__u32)id);
 	return 0;
 }

@@ -24,7 +24,8 @@ from otel_ebpf.export.factory import (
 )
 from otel_ebpf.export.pipeline import MetricsPipeline, TracePipeline
 from otel_ebpf.export.span_metrics import SpanMetrics, gather_instruments
-from otel_ebpf.kernel.abi import ConnOpen, ProcessExec, ProcessExit
+from otel_ebpf.kernel.abi import ConnOpen, ProcessExec, ProcessExit, ProcessFork
+from otel_ebpf.kernel.asyncio_probes import calls_out
 from otel_ebpf.kernel.libbpf import LibbpfLog
 from otel_ebpf.kernel.socket_tracer import CaptureSettings, SocketTracer
 from otel_ebpf.profiling.links import ActiveSpans, ServerThreads
@@ -194,6 +195,7 @@ class Agent:
         self.tracer = SocketTracer(capture_settings(self.cfg, self.registry.wide_prefixes()),
                                    self.libbpf_log)
         if self.cfg.receiver.correlation_asyncio_tasks:
+            self.tracer.asyncio.leaf_copies = self.cfg.receiver.correlation_leaf_copies
             self.tracer.asyncio.scan_all()
         if self.cfg.receiver.tls_openssl:
             self.tracer.ssl.scan_all()
@@ -252,6 +254,7 @@ class Agent:
     def run(self) -> None:
         assert self.tracer is not None, "start() first"
         poll_ms = max(1, int(self.cfg.receiver.poll_interval_s * 1000))
+        retire_probes = self.cfg.receiver.correlation_asyncio_tasks
         next_sweep = time.monotonic() + SWEEP_INTERVAL_S
         while not self._stop.is_set():
             events = self.tracer.poll(poll_ms)
@@ -267,6 +270,9 @@ class Agent:
                     for i in range(0, len(events), HANDLE_EVENTS):
                         spans += self._handle(events[i : i + HANDLE_EVENTS])
                     self._emit(spans)
+            if retire_probes:
+                # at every poll: a busy leaf makes thousands of copies a second
+                self.tracer.asyncio.retire(self._primed)
             if time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + SWEEP_INTERVAL_S
                 now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
@@ -293,22 +299,37 @@ class Agent:
 
     def _new_processes(self, events: list) -> None:
         """A process's first connection: read its resource now (short-lived clients such as
-        curl are gone by the time their spans are exported) and probe its asyncio."""
+        curl are gone by the time their spans are exported) and probe its asyncio. The
+        Context probes follow processes: on at exec and fork, kept where a process calls
+        out, off at exit."""
+        tasks = self.tracer.asyncio if self.cfg.receiver.correlation_asyncio_tasks else None
         for ev in events:
-            if type(ev) is ConnOpen and ev.key[0] not in self._primed:
-                self._primed.add(ev.key[0])
-                self.resources.prime(ev.key[0], ev.comm)
-                if self.cfg.receiver.correlation_asyncio_tasks and self.tracer is not None:
-                    self.tracer.asyncio.scan([ev.key[0]])
-                if self.cfg.receiver.tls_openssl and self.tracer is not None:
-                    self.tracer.ssl.scan([ev.key[0]])
-            elif type(ev) is ProcessExit:
+            kind = type(ev)
+            if kind is ConnOpen:
+                pid = ev.key[0]
+                if tasks is not None and calls_out(ev):
+                    tasks.calling_out(pid)
+                if pid not in self._primed:
+                    self._primed.add(pid)
+                    self.resources.prime(pid, ev.comm)
+                    if tasks is not None:
+                        tasks.scan([pid])
+                    if self.cfg.receiver.tls_openssl:
+                        self.tracer.ssl.scan([pid])
+            elif kind is ProcessExit:
                 self._primed.discard(ev.pid)
-            elif type(ev) is ProcessExec and self.cfg.receiver.tls_openssl and self.tracer:
-                # a static build is known by its executable now; a libssl it loads later
-                # is looked for again at its first connection
-                self.tracer.ssl.scan([ev.pid])
+                if tasks is not None:
+                    tasks.exited(ev.pid)
+            elif kind is ProcessExec:
+                if tasks is not None:
+                    tasks.execed(ev.pid)
+                if self.cfg.receiver.tls_openssl:
+                    # a static build is known by its executable now; a libssl it loads later
+                    # is looked for again at its first connection
+                    self.tracer.ssl.scan([ev.pid])
                 self.span_metrics.forget(ev.pid)
+            elif kind is ProcessFork and tasks is not None:
+                tasks.forked(ev.pid)
 
     def _emit(self, spans: list) -> None:
         if not spans:
@@ -340,6 +361,9 @@ class Agent:
         self.stats.set_total("kernel.muted", sum(counters["muted"]))
         self.stats.set_total("tls.unbound", sum(counters["tls_unbound"]))
         self.stats.set_total("tls.uncovered", len(self.tracer.ssl.static_uncovered))
+        tasks = self.tracer.asyncio
+        self.stats.set_total("context_probes.attached", tasks.attached)
+        self.stats.set_total("context_probes.retired", tasks.retired_count)
 
     def _warn_drops(self, per_cpu: list[int]) -> None:
         """A log line when the kernel dropped events since the last one (at most one per

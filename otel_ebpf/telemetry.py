@@ -16,6 +16,10 @@ COUNTERS: dict[str, tuple[str, str]] = {
                        "request was seen on them (capture.llm_max_bytes)"),
     "tls.unbound": ("{call}", "SSL_read/SSL_write calls whose socket could not be found "
                     "(their plaintext is lost)"),
+    "context_probes.attached": ("{process}", "Python processes given the Context probes of "
+                                "their own (at the agent's start, exec, fork, a call out)"),
+    "context_probes.retired": ("{process}", "Python processes whose Context probes came off: "
+                               "they copied many Contexts and never called out"),
     "tls.uncovered": ("{file}", "Executables with OpenSSL linked in without symbols: their "
                       "TLS traffic cannot be read"),
     "gaps": ("{gap}", "Stream positions missing in user space (lost or uncaptured bytes)"),

@@ -20,6 +20,8 @@ enum event_type {
 	EV_PROC_EXIT = 4,
 	EV_TASK_NEW = 5,
 	EV_PROC_EXEC = 6,   /* a process exec'd a new program (same layout as proc_exit_event) */
+	EV_PROC_FORK = 7,   /* a process whose Context probes are its own forked a child (pid: the
+			     * child; same layout as proc_exit_event) */
 };
 
 enum direction {

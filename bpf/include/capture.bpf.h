@@ -429,6 +429,9 @@ static __always_inline struct conn_state *get_conn(int fd, struct socket *sock, 
 		__u8 one = 1;
 		bpf_map_update_elem(&traced_pids, &tgid, &one, BPF_ANY);
 		emit_open(st, role, &local, &remote);
+		/* as asyncio_probes.calls_out: connected, or TCP of a side not seen */
+		if (role == ROLE_CLIENT || (role == ROLE_UNKNOWN && (flags & CONN_F_TCP)))
+			py_ctx_calls_out(tgid);
 	}
 	return st;
 }

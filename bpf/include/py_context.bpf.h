@@ -23,6 +23,11 @@ struct py_ctx_proc {
 	__u32 tstate_next;       /* PyThreadState.next */
 	__u32 tstate_native_tid; /* PyThreadState.native_thread_id */
 	__u32 tstate_context;    /* PyThreadState.context */
+	__u32 copies;            /* per process: Contexts copied since it registered, read by
+				  * user space to take the probes off a process that only serves */
+	__u32 calls_out;         /* per process: 1 once it opened a traced connection out (set
+				  * here, at the connection, so that user space never takes the
+				  * probes off a process whose connection it has not read yet) */
 	__u32 _pad;
 };
 
@@ -39,6 +44,16 @@ CAPTURE_MAP struct {
 	__type(key, __u32); /* tgid */
 	__type(value, struct py_ctx_proc);
 } py_ctx_procs SEC(".maps");
+
+/* Processes whose Context probes are attached for them alone (tgid -> 1), written by user
+ * space: their forked children are reported (EV_PROC_FORK), since a child's copy of the
+ * probed code loses the probes at its first hit (the kernel's filter names the parent). */
+CAPTURE_MAP struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u8);
+} py_ctx_probed SEC(".maps");
 
 /* A thread's PyThreadState, found once by a search of the thread list, checked at each use
  * (its native thread id still says this thread: a thread state freed and reused says
@@ -114,6 +129,14 @@ static __always_inline __u64 py_current_context(void)
 		return 0;
 	__u64 ts = py_ctx_tstate(p, (__u32)id);
 	return ts ? py_ctx_read_ptr(ts + p->tstate_context) : 0;
+}
+
+/* A registered process opened a connection out: it keeps its Context probes. */
+static __always_inline void py_ctx_calls_out(__u32 tgid)
+{
+	struct py_ctx_proc *p = bpf_map_lookup_elem(&py_ctx_procs, &tgid);
+	if (p && !p->calls_out)
+		p->calls_out = 1;
 }
 
 #endif

@@ -85,6 +85,9 @@ _RECEIVER = _Map(
                     _Str(expected="a header name"), "a list of header names", ("x-request-id",)
                 ),
                 "asyncio_tasks": _Bool(True),
+                # a process that copies this many Contexts and never calls out loses its
+                # Context probes (0: never)
+                "leaf_copies": _Int(0, 1 << 30, 1000),
             }
         ),
         "tls": _Map({"openssl": _Bool(True)}),

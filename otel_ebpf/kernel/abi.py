@@ -22,7 +22,8 @@ MAX_TARGETS = 1024
 COMM_LEN = 16
 MAX_WIDE_KEYS = 32  # bpf/include/abi.h: POST paths a connection is widened for (a compare each)
 
-EV_CONN_OPEN, EV_CONN_CLOSE, EV_DATA, EV_PROC_EXIT, EV_TASK_NEW, EV_PROC_EXEC = 1, 2, 3, 4, 5, 6
+EV_CONN_OPEN, EV_CONN_CLOSE, EV_DATA, EV_PROC_EXIT, EV_TASK_NEW, EV_PROC_EXEC, EV_PROC_FORK = (
+    1, 2, 3, 4, 5, 6, 7)
 
 CONN_F_STREAM, CONN_F_UNIX, CONN_F_TCP, CONN_F_PREEXISTING, CONN_F_PIPE = 1, 2, 4, 8, 16
 DATA_F_TRUNCATED, DATA_F_HAS_PEER, DATA_F_WIDE, DATA_F_TLS, DATA_F_NO_SEQ = 1, 2, 4, 8, 16
@@ -137,7 +138,15 @@ class ProcessExec:
     ts_ns: int
 
 
-Event = ConnOpen | ConnClose | DataEvent | ProcessExit | TaskNew | ProcessExec
+@dataclass(frozen=True, slots=True)
+class ProcessFork:
+    """Process `pid` was forked by a process whose Context probes are its own."""
+
+    pid: int
+    ts_ns: int
+
+
+Event = ConnOpen | ConnClose | DataEvent | ProcessExit | TaskNew | ProcessExec | ProcessFork
 
 
 def pipe_name(inode: int) -> str:
@@ -214,6 +223,11 @@ def _decode_exec(buf: bytes) -> ProcessExec:
     return ProcessExec(pid=pid, ts_ns=ts)
 
 
+def _decode_fork(buf: bytes) -> ProcessFork:
+    _, _, ts, pid = PROC_EXIT.unpack_from(buf)
+    return ProcessFork(pid=pid, ts_ns=ts)
+
+
 def _decode_task(buf: bytes) -> TaskNew:
     _, tid, ts, pid, task, parent = TASK_NEW.unpack_from(buf)
     return TaskNew(pid=pid, tid=tid, ts_ns=ts, task=task, parent=parent)
@@ -226,6 +240,7 @@ _DECODERS = {
     EV_PROC_EXIT: (PROC_EXIT.size, _decode_exit),
     EV_TASK_NEW: (TASK_NEW.size, _decode_task),
     EV_PROC_EXEC: (PROC_EXIT.size, _decode_exec),
+    EV_PROC_FORK: (PROC_EXIT.size, _decode_fork),
 }
 
 

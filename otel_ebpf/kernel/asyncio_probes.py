@@ -10,8 +10,11 @@ thread state offsets of its CPython version."""
 from __future__ import annotations
 
 import logging
+import os
 import re
 import struct
+import time
+from collections.abc import Container
 from pathlib import Path
 
 from otel_ebpf.profiling.elf import ElfInfo
@@ -21,6 +24,9 @@ from otel_ebpf.profiling.python_offsets import (
     for_version,
 )
 
+from otel_ebpf.protocols.base import Role
+
+from .abi import CONN_F_PIPE, CONN_F_TCP, ConnOpen
 from .loader import BPFError, BPFObject
 from .uprobes import LibraryProbes, file_offsets
 
@@ -33,8 +39,21 @@ CONTEXT_COPY = "PyContext_CopyCurrent"
 # table (tests/unit/test_asyncio_layout.py checks it against every live interpreter found)
 TSTATE_CONTEXT = {(3, 11): 224, (3, 12): 208, (3, 13): 208}
 MAX_FILES = 64  # PY_CTX_FILES in bpf/include/py_context.bpf.h
-# struct py_ctx_proc: runtime (here: _PyRuntime minus PyContext_CopyCurrent), offsets
-PY_CTX_RECORD = struct.Struct("<qIIIIII")
+# Copies after which a process that never called out loses its probes: a few hundred
+# requests of a service (3 copies per `async def` request under uvicorn, 7 per `def`)
+LEAF_COPIES = 1000
+# Processes of one interpreter file probed each for itself, at most: every probed process's
+# probe is one more consumer that each trap walks (~45 ns each here), so past this many the
+# file is probed for every process (one consumer; leaves then pay as well)
+SHARED_AFTER = 16
+# Seconds a probed process without a traced connection may go with no socket open before
+# its probes come off (a short-lived tool, an idle interpreter), and between such looks;
+# its first connection brings them back
+QUIET_S = 10.0
+# struct py_ctx_proc: runtime (here: _PyRuntime minus PyContext_CopyCurrent), offsets,
+# copies (per process: counted by the entry probe), calls_out (per process: set by the
+# kernel at a connection out), padding
+PY_CTX_RECORD = struct.Struct("<qIIIIIIII")
 
 
 def interpreters_of(pid: int | str, proc_root: str = "/proc") -> set[str]:
@@ -106,30 +125,138 @@ def interpreter_record(path: str) -> tuple[int, bytes]:
         raise UnsupportedPython(f"CPython {version[0]}.{version[1]} (3.11 to 3.13 are known)")
     o = for_version(version, elf.read(runtime[0], DEBUG_OFFSETS_SIZE))
     record = PY_CTX_RECORD.pack(runtime[0] - copy_vaddr, o.interp_head, o.threads_head,
-                                o.tstate_next, o.tstate_native_tid, TSTATE_CONTEXT[version], 0)
+                                o.tstate_next, o.tstate_native_tid, TSTATE_CONTEXT[version],
+                                0, 0, 0)
     return offset, record
 
 
-class AsyncioProbes(LibraryProbes):
-    """Attaches the Context probes once per interpreter file (every process using it)."""
+def has_socket(proc: Path) -> bool:
+    """Whether the process at /proc/PID has a socket open."""
+    try:
+        return any(os.readlink(fd).startswith("socket:") for fd in (proc / "fd").iterdir())
+    except OSError:
+        return False
 
-    def __init__(self, obj: BPFObject) -> None:
+
+def calls_out(ev: ConnOpen) -> bool:
+    """Whether a connection says its process calls out: one it connected, a pipe (MCP over
+    stdio), or a TCP connection open before the agent started (which side it is is not
+    known yet). A Unix socket of unknown side is a socketpair (asyncio's self-pipe, say)."""
+    if ev.role is Role.CLIENT:
+        return True
+    return ev.role is Role.UNKNOWN and bool(ev.flags & (CONN_F_PIPE | CONN_F_TCP))
+
+
+class AsyncioProbes(LibraryProbes):
+    """Attaches the Context probes to each Python process of its own, from its start on (the
+    agent's start-up scan, its exec, its fork by a probed process), and takes them off a
+    process that shows it only serves: a leaf service needs no hand-off seen, and each copy
+    there costs two traps (decisions: "Context probes per process"). A process's probes are
+    one consumer more for every probed process's traps, so past `shared_after` processes
+    of one interpreter file the probes go on the file, for every process, as before."""
+
+    def __init__(self, obj: BPFObject, leaf_copies: int = LEAF_COPIES,
+                 shared_after: int = SHARED_AFTER) -> None:
         super().__init__(obj)
+        self.leaf_copies = leaf_copies  # 0: never taken off
+        self.shared_after = shared_after
         self.interpreters: dict[str, int] = {}  # path -> its record's index (the cookie)
+        self._sites: dict[str, int] = {}  # path -> the copy site's file offset
+        # pid -> [file, its links, when to look again whether it is quiet]
+        self.processes: dict[int, list] = {}
+        self.shared: set[str] = set()  # files probed for every process
+        self.calls_out: set[int] = set()  # pids seen calling out: their probes stay
+        self.retired: set[int] = set()  # pids whose probes came off (only serving)
+        self.attached = self.retired_count = 0  # totals, for the agent's own metrics
+        self._own = os.getpid()  # the agent copies Contexts too, untraced
+        self.proc_root = "/proc"
+        self._procs = obj.map("py_ctx_procs")
+        self._probed = obj.map("py_ctx_probed")
 
     def scan(self, pids: list[int | str]) -> int:
-        """Attach to the interpreters these processes run; returns how many were new."""
+        """Attach to these processes' interpreters; returns how many processes were new."""
         new = 0
         for pid in pids:
+            pid = int(pid)
+            if pid in self.processes or pid == self._own or (
+                    pid in self.retired and pid not in self.calls_out):
+                continue
             for path in interpreters_of(pid):
-                if path not in self.interpreters and path not in self.uncovered:
-                    new += self._attach(path)
+                if path not in self.uncovered and self._file(path) is not None:
+                    new += self._attach_process(pid, path)
         return new
 
     def scan_all(self, proc_root: str = "/proc") -> int:
-        return self.scan([p.name for p in Path(proc_root).iterdir() if p.name.isdigit()])
+        """At the agent's start: the processes with a socket open (the others are probed at
+        their first connection, as a process started later is at its exec)."""
+        return self.scan([p.name for p in Path(proc_root).iterdir()
+                          if p.name.isdigit() and has_socket(p)])
 
-    def _attach(self, path: str) -> int:
+    def execed(self, pid: int) -> None:
+        """Process `pid` runs a new program: probes for the old one go, the new one's come."""
+        self.exited(pid)
+        self.scan([pid])
+
+    def forked(self, pid: int) -> None:
+        """A probed process forked `pid`: the child's copy of the code lost the probes."""
+        self.scan([pid])
+
+    def exited(self, pid: int) -> None:
+        self._detach_process(pid)
+        self.calls_out.discard(pid)
+        self.retired.discard(pid)
+
+    def calling_out(self, pid: int) -> None:
+        """`pid` opened a connection it did not accept (or a pipe): its outbound calls need
+        their parents, so its probes stay, or come back if they were taken off."""
+        if pid in self.calls_out:
+            return
+        self.calls_out.add(pid)
+        if pid in self.retired:
+            self.retired.discard(pid)
+            self.scan([pid])
+
+    def retire(self, connected: Container[int], now: float | None = None) -> int:
+        """Take the probes off processes that need none; returns how many. A leaf: it
+        copied `leaf_copies` Contexts and never called out (its probes come back only when
+        it does). A quiet one: no socket open QUIET_S after its probes came, nor at any check
+        every QUIET_S since (a tool, an idle interpreter; a server waiting for its first
+        request has its listening socket): its probes come back at its first connection.
+        Either stops reading Contexts at its socket calls too (unregistered)."""
+        now = time.monotonic() if now is None else now
+        gone = 0
+        for pid, (_, _, check_at) in list(self.processes.items()):
+            if pid in self.calls_out:
+                continue
+            key = pid.to_bytes(4, "little")
+            if pid in connected:
+                record = self._procs.lookup(key) if self.leaf_copies else None
+                if record is None:
+                    continue
+                *_, copies, kernel_calls_out, _ = PY_CTX_RECORD.unpack(record)
+                if kernel_calls_out:  # a connection out the agent has not read yet
+                    self.calls_out.add(pid)
+                    continue
+                if copies < self.leaf_copies:
+                    continue
+                self.retired.add(pid)
+                self.retired_count += 1
+                log.debug("context probes off process %d: it only serves", pid)
+            elif now < check_at:
+                continue
+            elif has_socket(Path(self.proc_root, str(pid))):
+                self.processes[pid][2] = now + QUIET_S
+                continue
+            self._detach_process(pid)
+            self._procs.delete(key)
+            gone += 1
+        return gone
+
+    def _file(self, path: str) -> int | None:
+        """The interpreter file's record index (written to the kernel once), or None."""
+        index = self.interpreters.get(path)
+        if index is not None:
+            return index
         index = len(self.interpreters)
         try:
             if index >= MAX_FILES:
@@ -138,16 +265,62 @@ class AsyncioProbes(LibraryProbes):
         except (OSError, ValueError) as exc:
             log.info("contexts in %s not covered (%s)", path, exc)
             self.uncovered.add(path)
-            return 0
+            return None
         self.obj.map("py_ctx_files").update(index.to_bytes(4, "little"), record)
+        self.interpreters[path] = index
+        self._sites[path] = offset
+        return index
+
+    def _attach(self, path: str, pid: int) -> list[int]:
+        """The probe pair on `path` for process `pid` (-1: every process)."""
+        index, offset = self.interpreters[path], self._sites[path]
+        links = [self.obj.attach_uprobe("context_copy_enter", path, offset, pid=pid,
+                                        cookie=index)]
         try:
-            self.obj.attach_uprobe("context_copy_enter", path, offset, cookie=index)
-            self.obj.attach_uprobe("context_copy_return", path, offset, retprobe=True,
-                                   cookie=index)
+            links.append(self.obj.attach_uprobe("context_copy_return", path, offset,
+                                                retprobe=True, pid=pid, cookie=index))
+        except BPFError:
+            self.obj.detach(links[0])
+            raise
+        return links
+
+    def _attach_process(self, pid: int, path: str) -> int:
+        if path in self.shared:
+            return 0
+        if sum(1 for f, *_ in self.processes.values() if f == path) >= self.shared_after:
+            return self._share(path)
+        try:
+            links = self._attach(path, pid)
+        except BPFError as exc:
+            if Path("/proc", str(pid)).exists():  # a process gone already needs none
+                log.warning("context probes on %s for process %d failed: %s", path, pid, exc)
+            return 0
+        self.processes[pid] = [path, links, time.monotonic() + QUIET_S]
+        self.attached += 1
+        self._probed.update(pid.to_bytes(4, "little"), b"\x01")
+        log.debug("context probes attached to %s for process %d", path, pid)
+        return 1
+
+    def _share(self, path: str) -> int:
+        """Probe `path` for every process: first the file's pair, then each process's goes
+        (no moment without probes)."""
+        try:
+            self._attach(path, -1)
         except BPFError as exc:
             log.warning("context probes on %s failed: %s", path, exc)
             self.uncovered.add(path)
             return 0
-        self.interpreters[path] = index
-        log.info("context probes attached to %s", path)
+        self.shared.add(path)
+        for pid in [p for p, (f, *_) in self.processes.items() if f == path]:
+            self._detach_process(pid)
+        log.info("context probes attached to %s for every process (more than %d need them)",
+                 path, self.shared_after)
         return 1
+
+    def _detach_process(self, pid: int) -> None:
+        entry = self.processes.pop(pid, None)
+        if entry is None:
+            return
+        for link in entry[1]:
+            self.obj.detach(link)
+        self._probed.delete(pid.to_bytes(4, "little"))
