@@ -8,7 +8,7 @@ Run as root from the repository root (after `make -C bpf`; needs a C compiler, c
         [--sse-rates 25,50,100,200,400,600] [--sse-conns 128]
         [--grpc-rates 250,500,1000,2000] [--grpc-conns 16] [--idle-conns 10000]
         [--idle-rate 1000] [--idle-rounds 2] [--drain 5] [--profile] [--compare N]
-        [--out docs/performance.md]
+        [--exporter file|otlp] [--compare N [--base DIR]] [--out docs/performance.md]
 
 Placement: the agent runs under `taskset -c 0` (--agent-cpu); this script and every load
 peer are pinned to CPU 1 (--peer-cpu), so the agent has a core of its own. The BPF
@@ -54,10 +54,24 @@ Parts:
         before, with them open (and tracked: both ends, so 2 per connection), and after
         they close; --idle-rounds times with the same agent (memory kept for reuse stays
         flat, a leak grows); plus the memlock of its BPF maps (kernel memory, not in RSS).
+The agent is always this checkout's: it runs with PYTHONPATH = the repository root and
+OTEL_EBPF_BPF_DIR = its bpf/build (the venv's editable install may point at another
+checkout), and the folder its `otel_ebpf` comes from is checked before each start.
+--exporter otlp (http part): spans go over OTLP/gRPC (the agent's otlp exporter, insecure,
+its defaults otherwise) to a real receiver instead of the file: rotel's collector (the
+`rotel` test dependency) with its blackhole exporter, logging a line per export request
+with its span count; "spans in time" counts those (by kind: "otlp"). rotel runs on the
+agent's core (--receiver-cpu to move it): on the peers' core, beside the open-loop load
+client, it answered too late from 10,000 req/s on and the agent's export queue dropped
+spans (its export thread waiting on rotel's answers, its own CPU under half a core);
+on the agent's core it takes core time the agent could have had, not the agent's CPU.
 --compare N (http part): instead of the steps, N rounds at each rate of the agent with
 the compiled per-event path (otel_ebpf/_fast) and with the pure Python path
 (OTEL_EBPF_PURE_PYTHON=1), interleaved (the order alternating per round): medians and
 [min–max] of agent CPU and us/req side by side, kernel drops and rounds kept up with.
+With --base DIR, the two sides are the agent of another checkout (DIR, its extensions
+built in place with `setup.py build_ext --inplace` and its BPF objects in DIR/bpf/build)
+and this checkout's, both compiled: a before/after of a change, interleaved the same way.
 --profile: after the steps of a part, one more run at the lowest rate the agent did not
 keep up with (or the highest rate) with py-spy (`pip install py-spy`) sampling the agent
 for the whole load (200 Hz, non-blocking, all threads, idle samples left out); a table of
@@ -232,30 +246,99 @@ def build_httpload(workdir: Path) -> Path:
 
 # --- the agent -----------------------------------------------------------------------------
 
-def agent_config(workdir: Path, ports: list[int], max_connections: int) -> str:
+def agent_config(workdir: Path, ports: list[int], max_connections: int,
+                 otlp_port: int | None = None) -> str:
+    """Spans to the file exporter, or (otlp_port given) to the OTLP/gRPC exporter only."""
+    if otlp_port is None:
+        traces = {"file": {"path": str(workdir / "traces.jsonl")}}
+    else:
+        traces = {"otlp": {"endpoint": f"127.0.0.1:{otlp_port}", "tls": {"insecure": True}}}
     return yaml.safe_dump({
         "receivers": {"ebpf": {
             "targets": {"ports": ports},
             "connections": {"max": max_connections},
         }},
         "processors": {"batch": {}},  # the defaults
-        "exporters": {"file": {"path": str(workdir / "traces.jsonl")},
-                      "file/metrics": {"path": str(workdir / "metrics.jsonl")}},
+        "exporters": {**traces, "file/metrics": {"path": str(workdir / "metrics.jsonl")}},
         "service": {"pipelines": {
-            "traces": {"receivers": ["ebpf"], "processors": ["batch"], "exporters": ["file"]},
+            "traces": {"receivers": ["ebpf"], "processors": ["batch"],
+                       "exporters": list(traces)},
             "metrics": {"receivers": ["ebpf"], "exporters": ["file/metrics"]},
         }},
     })
 
 
+@contextlib.contextmanager
+def agent_tree(tree: Path):
+    """The agent started inside imports otel_ebpf from `tree` and loads its BPF objects
+    (PYTHONPATH comes before the venv's editable install of whichever checkout made it)."""
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "OTEL_EBPF_BPF_DIR")}
+    os.environ["PYTHONPATH"] = str(tree)
+    os.environ["OTEL_EBPF_BPF_DIR"] = str(tree / "bpf" / "build")
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 class Agent(AgentProcess):
-    """The real agent on its own core, started with a generated config; waits for ready."""
+    """The real agent on its own core, started with a generated config from `tree` (this
+    checkout by default); waits for ready. Its package's folder is checked."""
 
     def __init__(self, workdir: Path, ports: list[int], cpu: int,
-                 max_connections: int = 65536) -> None:
+                 max_connections: int = 65536, otlp_port: int | None = None,
+                 tree: Path = REPO) -> None:
         self.traces = workdir / "traces.jsonl"
-        super().__init__(workdir, agent_config(workdir, ports, max_connections), cpu,
-                         stop_timeout_s=AGENT_STOP_TIMEOUT_S)
+        self.receiver: Receiver | None = None
+        with agent_tree(tree):
+            where = subprocess.run(
+                [sys.executable, "-c", "import otel_ebpf; print(otel_ebpf.__file__)"],
+                capture_output=True, text=True, cwd=workdir, check=True).stdout.strip()
+            if not Path(where).resolve().is_relative_to(tree.resolve()):
+                raise RuntimeError(f"the agent would import {where}, not {tree}'s package")
+            super().__init__(workdir, agent_config(workdir, ports, max_connections, otlp_port),
+                             cpu, stop_timeout_s=AGENT_STOP_TIMEOUT_S)
+
+    def span_counter(self) -> SpanCounter:
+        """What counts the spans it exported: its file, or its receiver's log."""
+        if self.receiver is not None:
+            return RotelCounter(self.receiver.out)
+        return SpanCounter(self.traces)
+
+
+class Receiver:
+    """A real OTLP/gRPC receiver for --exporter otlp: rotel's collector (the `rotel`
+    package, a test dependency) on CPU `cpu`, dropping what it takes (its blackhole
+    exporter) and logging one line per request with its span count, which RotelCounter
+    sums."""
+
+    def __init__(self, workdir: Path, cpu: int) -> None:
+        try:
+            import rotel
+        except ImportError as exc:
+            raise SystemExit("--exporter otlp needs rotel: .venv/bin/pip install -e '.[test]'"
+                             ) from exc
+        binary = Path(rotel.__file__).parent / "rotel-agent"
+        self.port, http_port = free_port(), free_port()
+        self.out = workdir / "rotel.out"
+        with self.out.open("wb") as out:
+            self.proc = subprocess.Popen(
+                ["taskset", "-c", str(cpu), str(binary), "start",
+                 "--otlp-grpc-endpoint", f"127.0.0.1:{self.port}",
+                 "--otlp-http-endpoint", f"127.0.0.1:{http_port}",
+                 "--exporter", "blackhole", "--debug-log", "traces",
+                 "--debug-log-verbosity", "basic", "--log-format", "json",
+                 "--pid-file", str(workdir / "rotel.pid"),
+                 "--log-file", str(workdir / "rotel.log")],
+                stdout=out, stderr=subprocess.STDOUT)
+        wait_port(self.port, self.proc)
+
+    def stop(self) -> None:
+        stop(self.proc)
 
 
 class SpanCounter:
@@ -304,6 +387,26 @@ class SpanCounter:
             if now - t0 > timeout_s or (settle_s is not None and now - last_growth > settle_s):
                 return None
             time.sleep(0.2)
+
+
+class RotelCounter(SpanCounter):
+    """Spans the OTLP receiver took: the `spans` of each "Received traces" line it logged
+    (one per export request). Kinds are not in those lines: all are counted as "otlp"."""
+
+    SPANS = re.compile(rb'"spans":\s*"?(\d+)')
+
+    def poll(self) -> int:
+        if not self.path.exists():
+            return 0
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        for line in data[:end].splitlines():
+            if b"Received traces" in line and (m := self.SPANS.search(line)):
+                self.kinds["otlp"] += int(m[1])
+        return self.total
 
 
 # --- one load step -------------------------------------------------------------------------
@@ -399,7 +502,7 @@ def measured_step(step: Step, agent: Agent, server_pid: int, load_cmd: list[str]
     step.others = busiest_others(procs0, procs1, mine, window)
     step.load_cpu = pct(load.get("cpu_s", 0.0) + s1 - s0, window)
     step.errors = load.get("errors", 0)
-    counter = SpanCounter(agent.traces)
+    counter = agent.span_counter()
     step.requests = load["completed"]
     step.drain_s = counter.wait_for(2 * step.requests, args.drain)
     step.spans_in_time = counter.total
@@ -423,7 +526,8 @@ def measured_step(step: Step, agent: Agent, server_pid: int, load_cmd: list[str]
     return load
 
 
-def http_step(rate: float, args, exe: Path, profile: bool = False, pure: bool = False) -> Step:
+def http_step(rate: float, args, exe: Path, profile: bool = False, pure: bool = False,
+              tree: Path = REPO) -> Step:
     step = Step("http", rate)
     with tempfile.TemporaryDirectory(prefix="capacity-http-") as tmp:
         workdir = Path(tmp)
@@ -431,11 +535,16 @@ def http_step(rate: float, args, exe: Path, profile: bool = False, pure: bool = 
         max_s = args.seconds + START_TIMEOUT_S + AGENT_STOP_TIMEOUT_S + 60
         server = subprocess.Popen([str(exe), "server", str(port), str(max_s)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        agent = None
+        agent = receiver = None
         try:
             wait_port(port, server)
+            if args.exporter == "otlp":
+                receiver = Receiver(workdir, args.agent_cpu if args.receiver_cpu is None
+                                    else args.receiver_cpu)
             with pure_python(pure):
-                agent = Agent(workdir, [port], args.agent_cpu)
+                agent = Agent(workdir, [port], args.agent_cpu, tree=tree,
+                              otlp_port=receiver.port if receiver else None)
+            agent.receiver = receiver
             time.sleep(SETTLE_S)
             load_cmd = [str(exe), "load", str(port), str(rate), str(args.seconds),
                         str(args.conns)]
@@ -444,6 +553,8 @@ def http_step(rate: float, args, exe: Path, profile: bool = False, pure: bool = 
         finally:
             if agent is not None:
                 agent.stop()
+            if receiver is not None:
+                receiver.stop()
             stop(server)
         step.achieved = load["rate"]
         step.p99_ms = load["p99_ms"]
@@ -465,46 +576,57 @@ def pure_python(on: bool):
 
 
 def compare_http(args, exe: Path, today: str) -> list[str]:
-    """--compare: both paths at each rate, interleaved rounds, side by side."""
-    runs: dict[tuple[float, bool], list[Step]] = {}
+    """--compare: two agents at each rate, interleaved rounds (the order alternating per
+    round), side by side: the compiled per-event path against pure Python, or with --base
+    this checkout's agent against the one in the --base folder (both compiled)."""
+    if args.base is not None:
+        sides = ((f"before ({args.base.name})", dict(tree=args.base)),
+                 ("after (this checkout)", dict(tree=REPO)))
+    else:
+        sides = (("pure Python", dict(pure=True)), ("compiled", dict(pure=False)))
+    runs: dict[tuple[float, str], list[Step]] = {}
     for rate in args.rates:
         for i in range(args.compare):
-            for pure in ((False, True) if i % 2 else (True, False)):
-                name = "pure Python" if pure else "compiled"
+            for name, how in (sides if i % 2 == 0 else sides[::-1]):
                 print(f"http {name}: offered {rate:g}/s for {args.seconds:g} s (round {i + 1})",
                       file=sys.stderr)
-                s = http_step(rate, args, exe, pure=pure)
+                s = http_step(rate, args, exe, **how)
                 print(f"  agent CPU {s.agent_cpu:.0f} %, {s.us_per_req or 0:.0f} us/req, others "
-                      f"on its core {s.others_cpu:.0f} %, drops {s.drops}, kept up "
-                      f"{s.kept_up(args.max_cpu)}", file=sys.stderr)
-                runs.setdefault((rate, pure), []).append(s)
+                      f"on its core {s.others_cpu:.0f} %, drops {s.drops}, spans "
+                      f"{s.spans_in_time} of {s.expected}, kept up {s.kept_up(args.max_cpu)}",
+                      file=sys.stderr)
+                runs.setdefault((rate, name), []).append(s)
 
-    def cell(values: list[float | None]) -> str:
+    def cell(values: list[float | None], spec: str = ".0f") -> str:
         got = [v for v in values if v is not None]
         if not got:
             return "n/a"
-        return f"{statistics.median(got):.0f} [{min(got):.0f}–{max(got):.0f}]"
+        return (f"{format(statistics.median(got), spec)} "
+                f"[{format(min(got), spec)}–{format(max(got), spec)}]")
 
-    lines = [f"### HTTP/1.1, compiled per-event path against pure Python ({today}, keep-alive "
-             f"GETs on {args.conns} connections, open loop, {args.compare} interleaved rounds "
-             "per rate and path, median [min–max])", "",
-             "| offered req/s | path | achieved req/s | agent CPU % | agent CPU % per 1k req/s "
+    what = ("this checkout against the one before" if args.base is not None
+            else "compiled per-event path against pure Python")
+    lines = [f"### HTTP/1.1, {what} ({today}, keep-alive GETs on {args.conns} connections, "
+             f"open loop, {args.exporter} exporter, {args.compare} interleaved rounds per rate "
+             "and agent, median [min–max])", "",
+             "| offered req/s | agent | achieved req/s | agent CPU % | agent CPU % per 1k req/s "
              "| agent us/req | others on its core % | kernel drops | rounds kept up |",
              "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
     for rate in args.rates:
-        for pure in (True, False):
-            steps = runs[(rate, pure)]
+        for name, _ in sides:
+            steps = runs[(rate, name)]
             per_k = [s.agent_cpu / (s.achieved / 1000) if s.agent_cpu is not None and s.achieved
                      else None for s in steps]
             lines.append(
-                f"| {rate:g} | {'pure Python' if pure else 'compiled'} | "
+                f"| {rate:g} | {name} | "
                 f"{cell([s.achieved for s in steps])} | {cell([s.agent_cpu for s in steps])} | "
-                f"{cell(per_k)} | {cell([s.us_per_req for s in steps])} | "
+                f"{cell(per_k, '.2f')} | {cell([s.us_per_req for s in steps], '.1f')} | "
                 f"{cell([s.others_cpu for s in steps])} | "
                 f"{', '.join(str(s.drops) for s in steps)} | "
                 f"{sum(s.kept_up(args.max_cpu) for s in steps)} of {len(steps)} |")
-    lines += ["", "Agent pinned to CPU 0, load peers to CPU 1; each run a fresh agent with "
-              "default settings (file exporter). kept up = 0 kernel drops, all 2 spans/request "
+    lines += ["", f"Agent pinned to CPU {args.agent_cpu}, load peers to CPU {args.peer_cpu}; "
+              f"each run a fresh agent with default settings ({args.exporter} exporter). "
+              "kept up = 0 kernel drops, all 2 spans/request "
               f"exported within {args.drain:g} s, none queue-dropped, CPU < {args.max_cpu:g} %."]
     return lines
 
@@ -721,7 +843,8 @@ def fmt(v, spec: str = ".0f") -> str:
     return "n/a" if v is None else format(v, spec)
 
 
-def steps_table(title: str, steps: list[Step], args, sse: bool) -> list[str]:
+def steps_table(title: str, steps: list[Step], args, sse: bool, exporter: str = "file"
+                ) -> list[str]:
     unit = "streams/s" if sse else "req/s"
     head = (f"| offered {unit} | achieved {unit} | "
             + ("chunks/s | " if sse else "p99 latency (ms) | ")
@@ -781,7 +904,7 @@ def steps_table(title: str, steps: list[Step], args, sse: bool) -> list[str]:
     lines.append(
         f"Agent pinned to CPU {args.agent_cpu}, load peers to CPU {args.peer_cpu} "
         f"({os.cpu_count()} CPUs); {args.seconds:g} s per step, each a fresh agent with "
-        f"default settings (file exporter). us/req (us/stream): the agent's CPU from the "
+        f"default settings ({exporter} exporter). us/req (us/stream): the agent's CPU from the "
         f"load's start until it is idle again (its backlog worked off, at most 60 s after "
         f"the drain), per request; work lost to kernel drops is not in it. "
         f"kept up = 0 kernel drops, all 2 spans/request exported within {args.drain:g} s, "
@@ -842,6 +965,12 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true", help="py-spy the agent at saturation")
     ap.add_argument("--compare", type=int, default=0,
                     help="http part: N interleaved rounds per rate, compiled vs pure Python")
+    ap.add_argument("--base", type=Path,
+                    help="with --compare: the agent of this checkout (built) against this one's")
+    ap.add_argument("--exporter", choices=("file", "otlp"), default="file",
+                    help="http part: spans to the file exporter, or over OTLP/gRPC to rotel")
+    ap.add_argument("--receiver-cpu", type=int,
+                    help="--exporter otlp: the CPU rotel runs on (default: the agent's)")
     ap.add_argument("--out", type=Path, help="append the tables to this Markdown file")
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -854,6 +983,8 @@ def main() -> int:
         ap.error("--seconds 0..120, --conns/--sse-conns 1..4096, --grpc-conns 1..256, "
                  "--idle-conns 1..60000, "
                  "--refine 0..5, --drain 0..60")
+    if args.base is not None and not (args.compare and (args.base / "otel_ebpf").is_dir()):
+        ap.error("--base needs --compare N and a checkout of this repository")
     if args.agent_cpu == args.peer_cpu or max(args.agent_cpu, args.peer_cpu) >= os.cpu_count():
         ap.error(f"--agent-cpu and --peer-cpu: two different CPUs of {os.cpu_count()}")
     if args.profile and not (VENV_BIN / "py-spy").exists():
@@ -878,7 +1009,8 @@ def main() -> int:
                                       args)
             lines += steps_table(
                 f"### HTTP/1.1 capacity of the agent on one core ({today}, keep-alive GETs "
-                f"on {args.conns} connections, open loop)", steps, args, sse=False)
+                f"on {args.conns} connections, open loop)", steps, args, sse=False,
+                exporter=args.exporter)
             lines.append("")
         if "sse" in parts:
             steps = run_steps("sse", args.sse_rates, lambda r: sse_step(r, args), args)

@@ -9,7 +9,9 @@ datagrams into submessages (protocols/rtps/parse.py), `sse` splits SSE bodies in
 events (protocols/llm/stream.py) and reads OpenAI chat chunks into the response's fields
 (protocols/llm/events.py read_events), `maker` builds slots dataclasses from positional fields
 (protocols/base.py positional_maker), `h2` splits HTTP/2 bytes into frames
-(protocols/http2/parse.py). All are built by
+(protocols/http2/parse.py), `correlate` takes the correlator's usual frames and spans
+(otel_ebpf/correlate/joiner.py), `table` the connection table's loop over the usual data
+events (otel_ebpf/conntrack/table.py). All are built by
 `pip install -e .` (setup.py); when they are missing (no compiler) or
 OTEL_EBPF_PURE_PYTHON=1 is set, every caller takes the Python path, which produces the
 same events, frames and spans (the differential tests check it on the same input).
@@ -40,3 +42,5 @@ rtps = _load("rtps")
 sse = _load("sse")
 maker = _load("maker")
 h2 = _load("h2")
+correlate = _load("correlate")
+table = _load("table")

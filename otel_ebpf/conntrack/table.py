@@ -56,6 +56,14 @@ def conn_info(ev: abi.ConnOpen) -> ConnInfo:
     )
 
 
+def _compiled_run():  # noqa: ANN202 (otel_ebpf/_fast/table.c data_run, or None)
+    fast = _fast.table
+    if fast is None:
+        return None
+    fast.setup(abi.DataEvent, LastRead, _INGRESS, LAST_READ_THREADS)
+    return fast.data_run
+
+
 class ConnTable:
     """Connections by (pid, fd, generation); the least recently active is evicted first."""
 
@@ -79,6 +87,8 @@ class ConnTable:
         self.last_read: OrderedDict[int, LastRead] = OrderedDict()  # by thread id
         # the usual data event in one compiled call (False from it: on_data takes it)
         self.fast_data = compiled_data()
+        # the loop over the usual data events in C (None: handle's own loop takes them)
+        self.data_run = _compiled_run() if self.fast_data is not None else None
         if self.fast_data is not None:  # the parsers without `whole` whose step is compiled
             stepped = dict.fromkeys(type(p) for p in registry.parsers
                                     if getattr(p, "compiled_stream_step", False))
@@ -94,7 +104,18 @@ class ConnTable:
         payload_bytes = 0  # counted once per batch: Stats.add takes a lock
         registry, conns, touched = self.registry, self.conns, self.touched
         last_read, fast_data = self.last_read, self.fast_data
-        for ev in events:
+        # the usual data events in C (_fast/table.c data_run): from i on it takes them up
+        # to the first event it leaves to this loop (which takes that one and goes back)
+        data_run = self.data_run
+        i, n = 0, len(events)
+        while i < n:
+            if data_run is not None:
+                i, taken_bytes = data_run(self, events, i)
+                payload_bytes += taken_bytes
+                if i >= n:
+                    break
+            ev = events[i]
+            i += 1
             if type(ev) is abi.DataEvent:
                 (key, tid, enter_ns, exit_ns, direction, pos, msg_len, tcp_seq, payload, peer,
                  task, tail, tls) = ev

@@ -25,6 +25,7 @@ from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from random import getrandbits as _getrandbits
 
+from otel_ebpf import _fast
 from otel_ebpf.conntrack.table import LastRead as TaskRead
 from otel_ebpf.correlate.ids import random_id
 from otel_ebpf.kernel.abi import TaskNew
@@ -136,6 +137,7 @@ class Correlator:
         window_ns: int = 2_000_000_000,
         correlation_headers: tuple[str, ...] = ("x-request-id",),
         max_requests: int = 200_000,
+        compiled: bool = True,
     ) -> None:
         self.stats = stats
         self.window_ns = window_ns
@@ -156,6 +158,9 @@ class Correlator:
         self.reads_taken: OrderedDict[tuple, None] = OrderedDict()  # reads a birth took
         self.held: list[tuple[NeutralSpan, Request]] = []
         self.decided: dict[str, int] = {}  # spans settled by evidence, not yet in stats
+        # the usual frames and spans in C (_fast/correlate.c), this class's methods the
+        # reference it hands everything else to; None: the Python loops alone
+        self._compiled = _fast.correlate if compiled else None
 
     # ---- requests, as they are made --------------------------------------------------
 
@@ -163,6 +168,9 @@ class Correlator:
         """Frames as they completed and asyncio task births, in event order (a dead task's
         address is reused: order keeps each birth after the frames its predecessor wrote)."""
         now_ns = _now() if now_ns is None else now_ns
+        if self._compiled is not None and type(observed) is list:
+            self._compiled.observe(self, observed, now_ns)
+            return
         for first, second in observed:
             if type(first) is TaskNew:
                 self._birth(first, second)
@@ -356,27 +364,33 @@ class Correlator:
     def on_spans(self, spans: list[NeutralSpan], now_ns: int | None = None) -> list[NeutralSpan]:
         """Spans whose IDs are settled; the others wait (at most the window)."""
         now_ns = _now() if now_ns is None else now_ns
+        if self._compiled is not None and type(spans) is list:
+            return self._compiled.on_spans(self, spans, now_ns) + self.expire(now_ns)
         ready: list[NeutralSpan] = []
-        take = self.requests.pop
         for span in spans:
-            if span.message_id:
-                message_ids(span)
-                ready.append(span)
-                continue
-            req = None
-            if span.request_pos is not None:
-                conn = span.conn  # its key inline: a property is a Python call
-                req = take(((conn.pid, conn.fd, conn.generation), span.request_pos), None)
-            if req is None:
-                ready.append(span)  # nothing seen of its request: random IDs later
-                continue
-            if req.role == _SERVER:
-                self._close_server(req)
-            if self._settle(span, req):
-                ready.append(span)
-            else:
-                self.held.append((span, req))
+            self._span(span, ready)
         return ready + self.expire(now_ns)
+
+    def _span(self, span: NeutralSpan, ready: list[NeutralSpan]) -> None:
+        """One span of on_spans: into `ready` once its IDs are settled, else held."""
+        if span.message_id:
+            message_ids(span)
+            ready.append(span)
+            return
+        req = None
+        if span.request_pos is not None:
+            conn = span.conn  # its key inline: a property is a Python call
+            req = self.requests.pop(((conn.pid, conn.fd, conn.generation), span.request_pos),
+                                    None)
+        if req is None:
+            ready.append(span)  # nothing seen of its request: random IDs later
+            return
+        if req.role == _SERVER:
+            self._close_server(req)
+        if self._settle(span, req):
+            ready.append(span)
+        else:
+            self.held.append((span, req))
 
     def expire(self, now_ns: int | None = None) -> list[NeutralSpan]:
         """Give up waiting where the window has passed; release what that settles."""
@@ -463,6 +477,12 @@ def _trace_of(req: Request) -> bytes | None:
     if not r.trace_id:
         r.trace_id = random_id(16)
     return r.trace_id
+
+
+if _fast.correlate is not None:
+    _fast.correlate.setup(Request, ConnInfo, Frame, NeutralSpan, TaskNew, _new_request,
+                          _getrandbits, random_id, Direction.EGRESS, Direction.INGRESS,
+                          _CLIENT, _SERVER, ATTRIBUTE)
 
 
 def _now() -> int:

@@ -23,7 +23,7 @@ from otel_ebpf.export.metrics_send import CountedMetricExporter
 from otel_ebpf.export.queue import ExportQueue
 from otel_ebpf.protocols.base import NeutralSpan
 from otel_ebpf.spans.clock import KernelClock
-from otel_ebpf.spans.convert import ready, resource_for
+from otel_ebpf.spans.convert import resource_for
 from otel_ebpf.spans.resources import ProcessResources
 from otel_ebpf.telemetry import COUNTERS, Stats
 
@@ -66,13 +66,16 @@ class TracePipeline:
             return
         assign_ids(spans)
         resources: dict[int, Resource] = {}  # one /proc look-up per process per batch
-        clock = self._clock
+        to_wall = self._clock.to_wall
         for span in spans:
-            resource = resources.get(span.pid)
+            pid = span.conn.pid  # span.pid inline: a property is a Python call
+            resource = resources.get(pid)
             if resource is None:
-                attrs = self._resources.get(span.pid, span.conn.comm)
-                resource = resources[span.pid] = resource_for(attrs)
-            ready(span, resource, clock)
+                attrs = self._resources.get(pid, span.conn.comm)
+                resource = resources[pid] = resource_for(attrs)
+            # convert.ready(span, resource, clock) inline: a call per span
+            span.resource = resource
+            span.wall_ns = to_wall(span.start_ns)
         for queue in self.queues.values():
             queue.put(spans)
 

@@ -69,3 +69,22 @@ def test_a_line_cut_by_the_read_is_counted_once_whole(tmp_path):
     with other.open("ab") as f:
         f.write(line[cut:])
     assert counter.poll() == 2 and counter.kinds == {"server": 1, "client": 1}
+
+
+def test_otlp_receiver_counts_what_the_agents_exporter_sent(tmp_path):
+    """--exporter otlp: the real receiver (rotel) the bench starts takes the agent's OTLP/gRPC
+    exporter's requests, and the counter sums the spans of each request it logged."""
+    from otel_ebpf.export.otlp_grpc import GrpcSpanExporter  # noqa: PLC0415
+
+    receiver = capacity.Receiver(tmp_path, 0)
+    try:
+        exporter = GrpcSpanExporter(endpoint=f"127.0.0.1:{receiver.port}", insecure=True)
+        for n in (3, 1, 5):
+            assert exporter.export(_spans([SpanKind.CLIENT, SpanKind.SERVER] * n)).name == \
+                "SUCCESS"
+        exporter.shutdown()
+        counter = capacity.RotelCounter(receiver.out)
+        assert counter.wait_for(18, 10.0) is not None
+        assert counter.total == 18 and dict(counter.kinds) == {"otlp": 18}
+    finally:
+        receiver.stop()

@@ -30,7 +30,7 @@ def test_spans_are_the_recorded_ones(golden, monkeypatch, seed, compiled):
     if compiled and _fast.PURE_PYTHON:
         pytest.skip("OTEL_EBPF_PURE_PYTHON=1: no compiled path")
     if not compiled:
-        for name in ("http1", "otlp", "ring", "conn", "h2"):
+        for name in ("http1", "otlp", "ring", "conn", "h2", "correlate", "table"):
             if hasattr(_fast, name):
                 monkeypatch.setattr(_fast, name, None)
     spans = json.loads(json.dumps(span_traffic.plain(span_traffic.spans_of(
