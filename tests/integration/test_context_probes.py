@@ -71,8 +71,9 @@ def start_hop(tmp_path, port: int, upstream: int, args: list[str] | None = None,
     cmd = args or [str(VENV_BIN / "uvicorn"), "bench.apps.fastapi_app:app", "--host",
                    "127.0.0.1", "--port", str(port), "--no-access-log",
                    "--timeout-keep-alive", str(KEEP_ALIVE_S)]
+    # a session of its own: the forking peer's child is stopped with its group
     return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE if stdin else log,
-                            stderr=log, stdin=stdin, text=True,
+                            stderr=log, stdin=stdin, text=True, start_new_session=True,
                             env={**os.environ, "OTEL_BENCH_UPSTREAM": f"http://127.0.0.1:{upstream}"})
 
 
@@ -115,7 +116,7 @@ def test_leaf_loses_its_probes_and_a_hop_keeps_them(tmp_path, start_agent, uvico
         wait_until("the retired process counted", lambda: read_metrics(agent.traces).get(
             "otel_ebpf.context_probes.retired", 0) >= 1)
     finally:
-        stop_process(hop)
+        stop_process(hop, group=True)
 
 
 def test_forked_worker_gets_its_own_probes(tmp_path, start_agent, uvicorn_server):
@@ -136,7 +137,7 @@ def test_forked_worker_gets_its_own_probes(tmp_path, start_agent, uvicorn_server
                                              x.attrs.get("url.path", "").startswith("/hop/")) >= 20)
         assert_task_parents(spans, range(1, 21))
     finally:
-        stop_process(parent)
+        stop_process(parent, group=True)
 
 
 # A Python process that copies Contexts on demand: "N" on its stdin -> N copies, then "ok"
