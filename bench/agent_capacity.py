@@ -106,7 +106,13 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.agent_process import START_TIMEOUT_S, VENV_BIN, AgentProcess, proc_cpu_s  # noqa: E402
+from bench.agent_process import (  # noqa: E402
+    START_TIMEOUT_S,
+    VENV_BIN,
+    AgentProcess,
+    agent_tree,
+    proc_cpu_s,
+)
 from bench.side_by_side import publish  # noqa: E402
 
 CAPACITY = REPO / "bench" / "capacity"
@@ -268,23 +274,6 @@ def agent_config(workdir: Path, ports: list[int], max_connections: int,
     })
 
 
-@contextlib.contextmanager
-def agent_tree(tree: Path):
-    """The agent started inside imports otel_ebpf from `tree` and loads its BPF objects
-    (PYTHONPATH comes before the venv's editable install of whichever checkout made it)."""
-    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "OTEL_EBPF_BPF_DIR")}
-    os.environ["PYTHONPATH"] = str(tree)
-    os.environ["OTEL_EBPF_BPF_DIR"] = str(tree / "bpf" / "build")
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 class Agent(AgentProcess):
     """The real agent on its own core, started with a generated config from `tree` (this
     checkout by default); waits for ready. Its package's folder is checked."""
@@ -358,15 +347,19 @@ class SpanCounter:
     def total(self) -> int:
         return sum(self.kinds.values())
 
-    def poll(self) -> int:
+    def _new_lines(self) -> bytes:
+        """The whole lines written since the last call."""
         if not self.path.exists():
-            return 0
+            return b""
         with self.path.open("rb") as f:
             f.seek(self.offset)
             data = f.read()
         end = data.rfind(b"\n") + 1
         self.offset += end
-        whole = data[:end]
+        return data[:end]
+
+    def poll(self) -> int:
+        whole = self._new_lines()
         for kind in range(6):  # SpanKind 0..5
             if n := whole.count(b'"kind":%d' % kind):
                 self.kinds[SPAN_KINDS.get(kind, "other")] += n
@@ -396,14 +389,7 @@ class RotelCounter(SpanCounter):
     SPANS = re.compile(rb'"spans":\s*"?(\d+)')
 
     def poll(self) -> int:
-        if not self.path.exists():
-            return 0
-        with self.path.open("rb") as f:
-            f.seek(self.offset)
-            data = f.read()
-        end = data.rfind(b"\n") + 1
-        self.offset += end
-        for line in data[:end].splitlines():
+        for line in self._new_lines().splitlines():
             if b"Received traces" in line and (m := self.SPANS.search(line)):
                 self.kinds["otlp"] += int(m[1])
         return self.total

@@ -4,6 +4,7 @@ and exit summary), plus the /proc readings the benches take of it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -90,3 +91,20 @@ class AgentProcess:
         """otel_ebpf.* totals from the exit summary table on stderr."""
         return {m[1]: int(m[2]) for m in
                 re.finditer(r"otel_ebpf\.([a-z_.]+)\s*\S\s*(\d+)", self.stderr)}
+
+
+@contextlib.contextmanager
+def agent_tree(tree: Path):
+    """The agent started inside imports otel_ebpf from `tree` and loads its BPF objects
+    (PYTHONPATH comes before the venv's editable install of whichever checkout made it)."""
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "OTEL_EBPF_BPF_DIR")}
+    os.environ["PYTHONPATH"] = str(tree)
+    os.environ["OTEL_EBPF_BPF_DIR"] = str(tree / "bpf" / "build")
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

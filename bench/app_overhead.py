@@ -81,6 +81,7 @@ time and goes to 127.0.0.1 only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -103,7 +104,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import bench.agent_process  # noqa: E402
-from bench.agent_process import VENV_BIN, AgentProcess, proc_cpu_s  # noqa: E402
+from bench.agent_process import VENV_BIN, AgentProcess, agent_tree, proc_cpu_s  # noqa: E402
 from bench.kernel_overhead import program_stats  # noqa: E402
 from bench.side_by_side import publish  # noqa: E402
 from tests.integration.conftest import read_metrics, wait_port  # noqa: E402
@@ -163,19 +164,9 @@ class Agent(AgentProcess):
                  tree: Path | None = None) -> None:
         self.traces = workdir / "agent-traces.jsonl"
         self.metrics = workdir / "agent-metrics.jsonl"
-        saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "OTEL_EBPF_BPF_DIR")}
-        if tree is not None:  # the child imports otel_ebpf from there (before the editable)
-            os.environ["PYTHONPATH"] = str(tree)
-            os.environ["OTEL_EBPF_BPF_DIR"] = str(tree / "bpf/build")
-        try:
+        with agent_tree(tree) if tree is not None else contextlib.nullcontext():
             super().__init__(workdir, agent_config(self.traces, self.metrics, ports, settings),
                              LOAD_CORE)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
 
 
 @dataclass

@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import json
 import random
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -22,22 +21,12 @@ from otel_ebpf.protocols.llm.response import ResponseInfo
 
 from otel_ebpf import _fast
 
-RECORDING = Path(__file__).parents[3] / "bench/data/sse_chat.json.gz"
+from .test_sse_compiled import RECORDING, body_of
+
 pytestmark = pytest.mark.skipif(_fast.sse is None, reason="built without the C extensions "
                                 "(or OTEL_EBPF_PURE_PYTHON=1): only the reference runs")
 CHAT = Endpoints(()).route("POST", "/v1/chat/completions")
 COMPLETIONS = Endpoints(()).route("POST", "/v1/completions")
-
-
-def body_of(pieces: list[bytes], gap_at: int | None = None) -> Body:
-    body, offset = Body(), 0
-    for i, data in enumerate(pieces):
-        if i == gap_at:
-            offset += 7  # bytes the kernel did not capture
-        body.pieces.append(BodyPiece(offset, 1000 + i, data))
-        offset += len(data)
-    body.size = offset
-    return body
 
 
 def _reference(body: Body, route, info: ResponseInfo) -> None:
