@@ -30,7 +30,7 @@ DEMO_VENV := .venv-demo
 PHOENIX := arize-phoenix==20.26.1
 TORCH_WHEELS := --find-links /opt/wheels --find-links /opt/pypi/files --find-links /opt/pypi-more/files
 PY := $(VENV)/bin/python
-APT_PACKAGES := clang llvm binutils libbpf-dev libbpf1 bpftool libelf-dev libelf1 libssl-dev make curl libcap2-bin util-linux python3-venv wrk libibverbs-dev postgresql redis-server
+APT_PACKAGES := clang llvm binutils libbpf-dev libbpf1 bpftool libelf-dev libelf1 libssl-dev make curl libcap2-bin util-linux python3-venv wrk libibverbs-dev postgresql redis-server linux-perf
 CONFIG ?= config/default.yaml
 PYTEST_ARGS ?=
 

@@ -7,7 +7,7 @@ installed, as `make deps` does):
     sudo .venv/bin/python bench/app_overhead.py [--rounds 3] [--rates 300,1000]
         [--seconds 10] [--out docs/performance.md]
         [--modes otel-ebpf,otel-sdk] [--warmup 1] [--wrk-connections 16] [--normal-priority]
-        [--endpoints async,def,hop]
+        [--endpoints async,def,hop] [--stats] [--perf]
 
 The service is bench/apps/fastapi_app.py under uvicorn, one worker, in a fresh process for
 every endpoint, mode and round, pinned to core 1 (`taskset -c 1`). Endpoints (--endpoints,
@@ -18,7 +18,12 @@ def` endpoint that fetches the item from an upstream, a second instance of the a
 to core 0 at the load generators' priority, over a shared httpx.AsyncClient; the upstream's
 port is selected too, so the hop's outbound calls are traced and need their parent).
 --rates "" skips the fixed rates (wrk only); --stats counts each BPF program's runs under
-wrk (kernel.bpf_stats_enabled, turned off again after each phase). Everything else is pinned to core 0: the load generators and, in the
+wrk (kernel.bpf_stats_enabled, turned off again after each phase); --perf samples the
+service under wrk (`perf record -g`, 999 Hz, the first 80 % of the phase) and reports the
+share of its own CPU samples taken in tracing: a BPF program, a syscall tracepoint's entry
+or a uprobe trap on the kernel call chain (bench/tracing_share.py). That share is the cost
+to the program measured inside one run; the CPU-per-request ratio against the untraced run
+also moves with the load the run got (a less busy server spends more per request). Everything else is pinned to core 0: the load generators and, in the
 traced mode, the agent. The load generators run SCHED_FIFO (`chrt -f 10`): they are the
 measuring instrument, and the agent's bursts on the shared core must not delay a request's
 send, the read of its answer, or wrk (--normal-priority runs them like any process, and
@@ -107,6 +112,7 @@ import bench.agent_process  # noqa: E402
 from bench.agent_process import VENV_BIN, AgentProcess, agent_tree, proc_cpu_s  # noqa: E402
 from bench.kernel_overhead import program_stats  # noqa: E402
 from bench.side_by_side import publish  # noqa: E402
+from bench.tracing_share import TracingShare, read as read_share, record  # noqa: E402
 from tests.integration.conftest import read_metrics, wait_port  # noqa: E402
 from tests.support.processes import stop_process  # noqa: E402
 from tests.support.rotel import free_port  # noqa: E402
@@ -206,6 +212,7 @@ class ServerRun:
     totals: dict[str, int] = field(default_factory=dict)
     agent_exit: int | None = None
     programs: dict[str, tuple[float, float]] = field(default_factory=dict)  # runs/req, ns/run
+    share: TracingShare | None = None  # --perf: the server's samples under wrk
 
 
 def start_server(workdir: Path, port: int, mode: str, core: str = APP_CORE,
@@ -314,9 +321,16 @@ def run_server(mode: str, args, endpoint: str = "async") -> ServerRun:
             if agent is not None and args.stats:
                 sysctl.write_text("1")
                 before = program_stats(agent.proc.pid)
+            # sampled for the middle of the wrk phase (perf stops itself before wrk does)
+            sampler = (record(server.pid, args.seconds * 0.8, workdir / "server.perf")
+                       if args.perf else None)
             try:
                 result.wrk = max_throughput(port, args, server, agent, ENDPOINTS[endpoint])
             finally:
+                if sampler is not None:
+                    if sampler.wait(timeout=60) != 0:
+                        raise RuntimeError(f"perf record: {sampler.stderr.read()[-500:]}")
+                    result.share = read_share(workdir / "server.perf")
                 if agent is not None and args.stats:
                     after = program_stats(agent.proc.pid)
                     sysctl.write_text("0")
@@ -460,6 +474,8 @@ def markdown(runs: dict[str, list[ServerRun]], args, endpoint: str = "async") ->
                 lines.append(f"| {mode} | {name} | {med([v[0] for v in vals]):.2f} | "
                              f"{med([v[1] for v in vals]):.0f} |")
         lines.append("")
+    if any(r.share for m in modes for r in runs[m]):
+        lines += perf_table(runs, modes)
     if {"otel-ebpf", "otel-sdk"} <= set(modes):
         for rate in args.rates:
             ebpf, sdk = added[rate, "otel-ebpf"], added[rate, "otel-sdk"]
@@ -487,6 +503,32 @@ def markdown(runs: dict[str, list[ServerRun]], args, endpoint: str = "async") ->
     return lines
 
 
+def perf_table(runs: dict[str, list[ServerRun]], modes: list[str]) -> list[str]:
+    """--perf: the share of the app's own CPU samples under wrk taken in tracing (kernel
+    call chains; bench/tracing_share.py), per round, and what it makes per request."""
+    lines = ["Tracing's share of the app's own CPU under wrk (`perf record -g` on the app "
+             "process; a sample counts when its kernel call chain holds a BPF program, a "
+             "syscall tracepoint's entry or a uprobe trap; untraced is the control):", "",
+             "| mode | samples | in tracing (%) | per round | µs per request | CPU ratio "
+             "from it | where (% of the app's samples, all rounds) |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    for mode in modes:
+        mine = [r for r in runs[mode] if r.share is not None]
+        if not mine:
+            continue
+        total = TracingShare()
+        for r in mine:
+            total.add(r.share)
+        fraction = med([r.share.fraction for r in mine])
+        us = med([r.share.fraction * r.wrk.app_us_per_request for r in mine if r.wrk])
+        where = ", ".join(f"{k} {100 * v / total.samples:.2f}"
+                          for k, v in total.by_part.most_common(8))
+        lines.append(f"| {mode} | {total.samples} | {100 * fraction:.2f} | "
+                     f"{', '.join(f'{100 * r.share.fraction:.2f}' for r in mine)} | "
+                     f"{fmt(us, '.1f')} | {1 / (1 - fraction):.3f} | {where or 'none'} |")
+    return lines + [""]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -504,6 +546,8 @@ def main() -> int:
                     help=f"endpoints to measure, each on its own: {', '.join(ENDPOINTS)}")
     ap.add_argument("--stats", action="store_true",
                     help="count each BPF program's runs under wrk (kernel.bpf_stats_enabled)")
+    ap.add_argument("--perf", action="store_true",
+                    help="sample the app under wrk with perf: tracing's share of its CPU")
     ap.add_argument("--baseline", type=Path,
                     help="a source tree (bpf/ built) whose agent runs as mode `baseline`")
     ap.add_argument("--out", type=Path, help="append the tables to this Markdown file")
@@ -512,7 +556,7 @@ def main() -> int:
         ap.error("run as root: the agent loads BPF programs")
     if (os.cpu_count() or 1) < 2:
         ap.error("needs 2 CPUs: the service on core 1, the load and the agent on core 0")
-    for tool in ("wrk", "taskset", "chrt"):
+    for tool in ("wrk", "taskset", "chrt", *(["perf"] if args.perf else [])):
         if shutil.which(tool) is None:
             ap.error(f"{tool} not found (make deps installs it)")
     args.rates = [float(r) for r in args.rates.split(",") if r]
