@@ -251,6 +251,9 @@ def _check_readable(file: str, path: tuple, ctx: _Ctx) -> None:
         ctx.fail(path, "a readable file", f"{_show(file)} ({exc.strerror or exc})")
 
 
+DEFAULT_NUM_CONSUMERS = 4  # exporters.otlp*.sending_queue.num_consumers
+
+
 def _otlp(endpoints: dict[str, _Node], compressions: tuple[str, ...]) -> _Map:
     # Every key stays out of the settings when the file leaves it out: the OTel SDK then
     # reads OTEL_EXPORTER_OTLP_* as usual (an explicit insecure=false would even force TLS
@@ -271,6 +274,10 @@ def _otlp(endpoints: dict[str, _Node], compressions: tuple[str, ...]) -> _Map:
             "headers": _StrMap(_ABSENT),
             "compression": _Choice(compressions, _ABSENT),
             "timeout": _Duration("100ms", "10m", _ABSENT),
+            # spans only: export requests in flight at once (the Collector's key; one at a
+            # time sends at most a batch per round trip to the backend)
+            "sending_queue": _Map({"num_consumers": _Int(1, 64, DEFAULT_NUM_CONSUMERS)},
+                                  optional=True),
         }
     )
 

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from otel_ebpf.config.schema import DEFAULT_NUM_CONSUMERS
 from otel_ebpf.export.debug import DEFAULT_VERBOSITY, DebugMetricExporter, DebugSpanExporter
 from otel_ebpf.export.file import FileMetricExporter, FileSpanExporter
 
@@ -142,16 +143,25 @@ def _drop_none(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
+def _consumers(exporter: SpanExporter, cfg: Config) -> SpanExporter:
+    """How many export requests the span queue may have in flight to it (ExportQueue
+    reads `num_consumers`): the OTLP exporters take several at once (a gRPC channel and the
+    HTTP exporter's connection pool are shared by threads)."""
+    exporter.num_consumers = (cfg.get("sending_queue") or {}).get(  # type: ignore[attr-defined]
+        "num_consumers", DEFAULT_NUM_CONSUMERS)
+    return exporter
+
+
 def _grpc_spans(cfg: Config, name: str) -> SpanExporter:
     from otel_ebpf.export.otlp_grpc import GrpcSpanExporter  # noqa: PLC0415
-    return GrpcSpanExporter(**_drop_none(_grpc_kwargs(cfg, name)))
+    return _consumers(GrpcSpanExporter(**_drop_none(_grpc_kwargs(cfg, name))), cfg)
 
 
 def _http_spans(cfg: Config, name: str) -> SpanExporter:
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
         OTLPSpanExporter,
     )
-    return OTLPSpanExporter(**_drop_none(_http_kwargs(cfg, name, "traces")))
+    return _consumers(OTLPSpanExporter(**_drop_none(_http_kwargs(cfg, name, "traces"))), cfg)
 
 
 def _grpc_metrics(cfg: Config, name: str) -> MetricExporter:

@@ -1,7 +1,11 @@
 """A bounded span queue and worker thread in front of one exporter.
 
 One queue per exporter: a slow or unreachable backend fills its own queue and drops
-its own spans (counted), and never holds back the agent or the other exporters.
+its own spans (counted), and never holds back the agent or the other exporters. An
+exporter that says it takes several requests at once (`num_consumers`, the OTLP exporters'
+`sending_queue.num_consumers`) gets that many batches in flight: one request at a time
+sends at most a batch per round trip, which a backend far away or slow to answer holds
+below the rate spans come in.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -26,7 +31,9 @@ _WARN_EVERY_S = 10.0
 
 class ExportQueue:
     """Spans waiting for one exporter, sent in batches of max_batch_size, or whatever is
-    queued after schedule_delay_s, by a worker thread of its own."""
+    queued after schedule_delay_s, by a worker thread of its own; with the exporter's
+    `num_consumers` above 1, up to that many batches are sent at once from a pool of
+    sender threads (the worker then only forms batches)."""
 
     def __init__(
         self,
@@ -51,7 +58,10 @@ class ExportQueue:
         self._cond = threading.Condition()
         self._closing = False
         self._flushes: list[threading.Event] = []  # flush() callers waiting for an empty queue
-        self._exporting = False
+        self._in_flight = 0  # batches taken and not yet answered
+        self._max_in_flight = max(1, int(getattr(exporter, "num_consumers", 1)))
+        self._senders = (ThreadPoolExecutor(self._max_in_flight, f"export-{name}-send")
+                         if self._max_in_flight > 1 else None)
         self._abandoned = False
         self._dropped_unwarned = 0
         self._last_warning = float("-inf")
@@ -76,7 +86,7 @@ class ExportQueue:
         """Export everything queued now; True when it was done in time."""
         done = threading.Event()
         with self._cond:
-            if not self._spans and not self._exporting:
+            if not self._spans and not self._in_flight:
                 return True
             self._flushes.append(done)
             self._cond.notify()
@@ -96,6 +106,9 @@ class ExportQueue:
             # exporter down now, which cuts short the SDK OTLP exporters' backoff sleep
             with self._cond:
                 self._abandoned = True
+                self._cond.notify_all()
+            if self._senders is not None:
+                self._senders.shutdown(wait=False, cancel_futures=True)
             self._shutdown_exporter()
             self._worker.join(1.0)
         else:
@@ -118,28 +131,56 @@ class ExportQueue:
     def _run(self) -> None:
         while True:
             with self._cond:
-                deadline = time.monotonic() + self._delay
-                while not (self._closing or self._flushes or len(self._spans) >= self._max_batch):
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    self._cond.wait(remaining)
-                if self._abandoned:
+                batch = self._take()
+                if batch is None:  # abandoned by shutdown()
                     return
-                batch = [self._spans.popleft() for _ in range(min(self._max_batch, len(self._spans)))]
-                if not batch:  # drained: wake flush() callers; after shutdown(), stop
+                if batch:
+                    self._in_flight += 1
+                else:  # drained, nothing in flight: wake flush() callers; after shutdown(), stop
                     flushed, self._flushes = self._flushes, []
                     closing = self._closing
-                self._exporting = bool(batch)
             if batch:
-                self._export(batch)
-                with self._cond:
-                    self._exporting = False
+                if self._senders is not None:
+                    self._senders.submit(self._send, batch)
+                else:
+                    self._send(batch)
                 continue
             for event in flushed:
                 event.set()
             if closing:
+                if self._senders is not None:
+                    self._senders.shutdown(wait=True)  # idle: every batch was answered
                 return
+
+    def _take(self) -> list[NeutralSpan] | None:
+        """Under the lock, wait for the next batch: max_batch spans, or what is queued once
+        the delay has passed, a flush or the shutdown, as soon as a sender is free. [] once
+        the queue is drained and nothing is in flight while a flush or the shutdown waits;
+        None when shutdown() gave up on the exports."""
+        deadline = time.monotonic() + self._delay
+        while not self._abandoned:
+            free = self._in_flight < self._max_in_flight
+            remaining = deadline - time.monotonic()
+            hurry = self._closing or bool(self._flushes)
+            if self._spans:
+                if free and (hurry or remaining <= 0 or len(self._spans) >= self._max_batch):
+                    return [self._spans.popleft()
+                            for _ in range(min(self._max_batch, len(self._spans)))]
+            elif hurry and not self._in_flight:
+                return []
+            elif remaining <= 0:  # nothing came in this period: start another
+                deadline, remaining = time.monotonic() + self._delay, self._delay
+            # a busy sender's answer, put(), flush() or shutdown() wakes it early
+            self._cond.wait(remaining if free and remaining > 0 else None)
+        return None
+
+    def _send(self, batch: list[NeutralSpan]) -> None:
+        try:
+            self._export(batch)
+        finally:
+            with self._cond:
+                self._in_flight -= 1
+                self._cond.notify_all()
 
     def _export(self, batch: list[NeutralSpan]) -> None:
         if not self._takes_neutral:

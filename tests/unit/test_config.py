@@ -736,3 +736,12 @@ def test_tls_files_must_be_readable(tmp_path, monkeypatch):
         assert (e.expected, e.got) == ("a readable file", "'no.pem' (No such file or directory)")
     e = error("exporters: {otlphttp: {tls: {ca_file: .}}}" + pipeline)
     assert e.got == "'.' (Is a directory)"
+
+
+def test_sending_queue_consumers_are_checked():
+    text = ("exporters: {otlp: {endpoint: 'c:4317', sending_queue: {num_consumers: %s}}}\n"
+            "service: {pipelines: {traces: {receivers: [ebpf], exporters: [otlp]}}}")
+    assert parse(text % 16).exporters_for("traces")["otlp"]["sending_queue"] == {"num_consumers": 16}
+    e = error(text % 0)
+    assert (e.path, e.expected) == ("exporters.otlp.sending_queue.num_consumers",
+                                    "an integer from 1 to 64")

@@ -198,3 +198,15 @@ def test_export_ports_are_the_otlp_endpoints():
     # no endpoint in the config: the SDK's environment variables, else the OTLP defaults
     assert export_ports({"otlp": {}}, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:9999"}) == {9999}
     assert export_ports({"otlp": {}, "otlphttp": {}}, {}) == {4317, 4318}
+
+
+def test_otlp_span_exporters_take_several_requests_at_once():
+    spans = build_span_exporters({
+        "otlp": {"endpoint": "collector:4317", "sending_queue": {"num_consumers": 8}},
+        "otlphttp": {"endpoint": "http://collector:4318"},
+        "file": {"path": "/dev/null"},
+    })
+    assert spans["otlp"].num_consumers == 8
+    assert spans["otlphttp"].num_consumers == 4  # the default
+    assert not hasattr(spans["file"], "num_consumers")  # one request at a time
+    shutdown_all(spans)

@@ -170,3 +170,74 @@ def test_an_sdk_exporter_gets_readable_spans_and_a_bad_span_costs_only_itself(ca
     assert batch[0].get_span_context().span_id == int.from_bytes(spans[0].span_id, "big")
     assert series(stats, "spans.dropped") == {(("reason", "unconvertible"),): 1}
     assert "cannot convert span" in caplog.text
+
+
+class Concurrent(Recorder):
+    """An exporter that takes several requests at once and holds each until released,
+    counting how many it holds."""
+
+    def __init__(self, num_consumers: int) -> None:
+        super().__init__(block=True)
+        self.num_consumers = num_consumers
+        self.active = 0
+        self.most_active = 0
+        self.changed = threading.Condition()
+
+    def export(self, spans):
+        with self.changed:
+            self.active += 1
+            self.most_active = max(self.most_active, self.active)
+            self.changed.notify_all()
+        try:
+            return super().export(spans)
+        finally:
+            with self.changed:
+                self.active -= 1
+                self.changed.notify_all()
+
+    def wait_active(self, n: int) -> bool:
+        with self.changed:
+            return self.changed.wait_for(lambda: self.active == n, WAIT)
+
+
+def test_an_exporter_of_several_consumers_gets_that_many_batches_at_once():
+    stats, exporter = Stats(), Concurrent(3)
+    queue = ExportQueue(exporter, "otlp", stats, max_batch_size=2, schedule_delay_s=60)
+    queue.put(list(range(10)))  # five batches
+    assert exporter.wait_active(3)
+    assert len(exporter.batches) == 0  # every sender is waiting on the backend
+    flushed = threading.Event()
+    threading.Thread(target=lambda: flushed.set() if queue.flush(WAIT) else None).start()
+    assert not flushed.wait(0.05)  # three batches in flight, two queued: not flushed yet
+    exporter.release.set()
+    assert flushed.wait(WAIT)  # a flush answers once every batch in flight is answered
+    assert exporter.most_active == 3
+    assert sorted(x for b in exporter.batches for x in b) == list(range(10))
+    assert all(len(b) == 2 for b in exporter.batches)
+    assert series(stats, "spans.exported") == {(("exporter", "otlp"),): 10}
+    queue.shutdown(WAIT)
+    assert exporter.shut_down.is_set()
+
+
+def test_one_consumer_sends_one_batch_at_a_time():
+    stats, exporter = Stats(), Concurrent(1)
+    queue = ExportQueue(exporter, "file", stats, max_batch_size=2, schedule_delay_s=60)
+    queue.put(list(range(6)))
+    assert exporter.wait_active(1)
+    exporter.release.set()
+    assert queue.flush(WAIT)
+    assert exporter.most_active == 1
+    assert [len(b) for b in exporter.batches] == [2, 2, 2]
+    queue.shutdown(WAIT)
+
+
+def test_shutdown_gives_up_on_stuck_senders_and_counts_what_they_held_back():
+    stats, exporter = Stats(), Concurrent(2)
+    queue = ExportQueue(exporter, "stuck", stats, max_batch_size=2, schedule_delay_s=60)
+    queue.put(list(range(7)))
+    assert exporter.wait_active(2)
+    queue.shutdown(0.1)  # the exporter's shutdown() releases both exports in progress
+    assert exporter.shut_down.is_set()
+    assert exporter.wait_active(0)
+    assert sorted(len(b) for b in exporter.batches) == [2, 2]
+    assert stats.total("spans.dropped") == 3  # the three never sent: counted
