@@ -30,8 +30,9 @@ FOREVER_NS = 2**63 - 1
 MAX_PARSE_STEPS = 10_000  # per feed: a parser that never advances cannot hang the agent
 RESYNC_TAIL = 16  # bytes kept when resync finds nothing: a message start may be cut there
 # a syscall's bytes, all captured, right at the head of a stream inside a message (a body
-# piece): parsed from the payload itself, without the stream's buffer (Connection._whole);
-# False: the general path, its reference (tests compare the two)
+# piece), or a head whose body comes later: parsed from the payload itself, without the
+# stream's buffer (Connection._whole); False: the general path, its reference (tests
+# compare the two)
 PIECE_STEP = True
 # enum members as module constants: looking a member up on its class costs ~0.2 µs
 _INGRESS, _FRAME, _NEED_MORE = Direction.INGRESS, ParseResult.FRAME, ParseResult.NEED_MORE
@@ -187,10 +188,10 @@ class Connection:
         """A syscall's bytes, all captured, right at the head of a stream that holds nothing
         buffered, queued, pending or being resynced: the usual event. The same steps as
         Stream.add, _parse and _finish_pending, parsed from the payload itself: when the
-        parser makes one frame of exactly these bytes (a whole message; not `inside` one
-        already started), or takes them all and ends no frame (a body piece, `inside` a
-        message), they never reach the stream's buffer; else the general loop goes on from
-        the parser's answer."""
+        parser makes one frame of exactly these bytes (a whole message, or the end of one
+        `inside` it), or takes them all and ends no frame (a body piece, or a head whose
+        body follows), they never reach the stream's buffer; else the general loop goes on
+        from the parser's answer."""
         stream = self.streams[direction]
         if chunk.end > stream.known_end:
             stream.known_end = chunk.end
@@ -201,14 +202,21 @@ class Connection:
         view.release()
         result, frame, consumed = step
         if consumed == chunk.end - chunk.pos:
-            if inside:
-                if result is _NEED_MORE:  # a body piece
-                    if self.frame_start[direction] is None:
-                        self.frame_start[direction] = self._start_at(stream, stream.head)
-                    stream.head = chunk.end
-                    stream.prune(chunk.end)  # _finish_pending's, with nothing pending
-                    return
-            elif result is _FRAME and frame is not None:
+            if result is _NEED_MORE and PIECE_STEP:
+                # a body piece, or a head whose body comes later (a streamed answer's): the
+                # message goes on from the syscall's end, as _parse and _finish_pending
+                # leave it (without PIECE_STEP, the reference, they do it)
+                if self.frame_start[direction] is None:
+                    self.frame_start[direction] = self._start_at(stream, stream.head)
+                stream.head = chunk.end
+                stream.prune(chunk.end)  # _finish_pending's, with nothing pending
+                return
+            if inside and result is _FRAME and frame is not None and PIECE_STEP:
+                # a body piece that ends its message (a request's body after its head)
+                self._piece_done(direction, frame, chunk.end, chunk.end_ns)
+                stream.prune(chunk.end)  # _finish_pending's, with nothing pending
+                return
+            if not inside and result is _FRAME and frame is not None:
                 # stamped as _stamp_start and _finish_pending do: first and last byte its own
                 frame.direction, frame.stream_pos = direction, chunk.pos
                 frame.start_ns, frame.tid, frame.task = chunk.start_ns, chunk.tid, chunk.task
@@ -224,6 +232,19 @@ class Connection:
         stream.buf += chunk.data  # what Stream._fill puts there
         self._parse(direction, stats, step)
         self._finish_pending(direction)
+
+    def _piece_done(self, direction: Direction, frame: Frame, end: int, end_ns: int) -> None:
+        """A body piece that ended its message (the syscall's every byte taken, nothing
+        held in the stream; the compiled piece step's frame, or _whole's): what _frame_done
+        and _finish_pending leave, the message's last byte being the syscall's, whose time
+        time_of_last gives (the caller prunes the timing chunks up to `end`)."""
+        self._stamp_start(direction, frame)
+        self.streams[direction].head = end
+        frame.end_ns = max(end_ns, frame.start_ns)
+        frame.size = frame.size or end - frame.stream_pos
+        self.state.frames[direction].append(frame)  # type: ignore[union-attr]
+        if self.frames_out is not None:
+            self.frames_out.append((self.info, frame))
 
     def _datagram(self, direction: Direction, pos: int, msg_len: int, payload: bytes,
                   start_ns: int, end_ns: int, tid: int, task: int,
