@@ -190,46 +190,65 @@ class Connection:
         Stream.add, _parse and _finish_pending, parsed from the payload itself: when the
         parser makes one frame of exactly these bytes (a whole message, or the end of one
         `inside` it), or takes them all and ends no frame (a body piece, or a head whose
-        body follows), they never reach the stream's buffer; else the general loop goes on
-        from the parser's answer."""
+        body follows), in one step or in several (a head, then its body), they never reach
+        the stream's buffer; else the general loop goes on from the parser's answer."""
         stream = self.streams[direction]
         if chunk.end > stream.known_end:
             stream.known_end = chunk.end
         stream.last_end_ns = chunk.end_ns
         stream.times.append(chunk)  # for time_at while the parser reads
-        view = memoryview(chunk.data)
-        step = self.parser.parse(direction, view, self.state)  # type: ignore[union-attr]
+        parse, state, data = self.parser.parse, self.state, chunk.data  # type: ignore[union-attr]
+        view = memoryview(data)
+        step = parse(direction, view, state)
         view.release()
-        result, frame, consumed = step
-        if consumed == chunk.end - chunk.pos:
-            if result is _NEED_MORE and PIECE_STEP:
-                # a body piece, or a head whose body comes later (a streamed answer's): the
-                # message goes on from the syscall's end, as _parse and _finish_pending
-                # leave it (without PIECE_STEP, the reference, they do it)
+        offset = 0  # bytes of the syscall the steps so far took
+        while True:
+            result, frame, consumed = step
+            rest = chunk.end - chunk.pos - offset
+            if consumed == rest:
+                if result is _NEED_MORE and PIECE_STEP:
+                    # a body piece, or a head whose body comes later (a streamed answer's):
+                    # the message goes on from the syscall's end, as _parse and
+                    # _finish_pending leave it (without PIECE_STEP, the reference, they do it)
+                    if self.frame_start[direction] is None:
+                        self.frame_start[direction] = self._start_at(stream, stream.head)
+                    stream.head = chunk.end
+                    stream.prune(chunk.end)  # _finish_pending's, with nothing pending
+                    return
+                if (inside or offset) and result is _FRAME and frame is not None and PIECE_STEP:
+                    # a body piece that ends its message (a request's body after its head)
+                    self._piece_done(direction, frame, chunk.end, chunk.end_ns)
+                    stream.prune(chunk.end)  # _finish_pending's, with nothing pending
+                    return
+                if not inside and not offset and result is _FRAME and frame is not None:
+                    # stamped as _stamp_start and _finish_pending do: its first and last
+                    # byte the syscall's
+                    frame.direction, frame.stream_pos = direction, chunk.pos
+                    frame.start_ns, frame.tid, frame.task = chunk.start_ns, chunk.tid, chunk.task
+                    frame.tcp_seq = (None if chunk.tcp_seq is None
+                                     else chunk.tcp_seq & 0xFFFFFFFF)
+                    stream.head = chunk.end
+                    stream.times.clear()  # prune(head): the chunk ends there
+                    frame.end_ns = max(chunk.end_ns, frame.start_ns)
+                    frame.size = frame.size or consumed
+                    self.state.frames[direction].append(frame)  # type: ignore[union-attr]
+                    if self.frames_out is not None:
+                        self.frames_out.append((self.info, frame))
+                    return
+            elif result is _NEED_MORE and 0 < consumed < rest and PIECE_STEP:
+                # a head with (part of) its body in the same syscall: _parse's first step,
+                # then the parser shown the rest, as _parse shows it the buffer's rest
                 if self.frame_start[direction] is None:
                     self.frame_start[direction] = self._start_at(stream, stream.head)
-                stream.head = chunk.end
-                stream.prune(chunk.end)  # _finish_pending's, with nothing pending
-                return
-            if inside and result is _FRAME and frame is not None and PIECE_STEP:
-                # a body piece that ends its message (a request's body after its head)
-                self._piece_done(direction, frame, chunk.end, chunk.end_ns)
-                stream.prune(chunk.end)  # _finish_pending's, with nothing pending
-                return
-            if not inside and result is _FRAME and frame is not None:
-                # stamped as _stamp_start and _finish_pending do: first and last byte its own
-                frame.direction, frame.stream_pos = direction, chunk.pos
-                frame.start_ns, frame.tid, frame.task = chunk.start_ns, chunk.tid, chunk.task
-                frame.tcp_seq = None if chunk.tcp_seq is None else chunk.tcp_seq & 0xFFFFFFFF
-                stream.head = chunk.end
-                stream.times.clear()  # prune(head): the chunk ends there
-                frame.end_ns = max(chunk.end_ns, frame.start_ns)
-                frame.size = frame.size or consumed
-                self.state.frames[direction].append(frame)  # type: ignore[union-attr]
-                if self.frames_out is not None:
-                    self.frames_out.append((self.info, frame))
-                return
-        stream.buf += chunk.data  # what Stream._fill puts there
+                stream.head += consumed
+                offset += consumed
+                view = memoryview(data)[offset:]
+                step = parse(direction, view, state)
+                view.release()
+                continue
+            break
+        # what Stream._fill puts there, less what the steps above took
+        stream.buf += data[offset:] if offset else data
         self._parse(direction, stats, step)
         self._finish_pending(direction)
 

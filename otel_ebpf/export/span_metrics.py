@@ -97,6 +97,22 @@ class _Series:
     min: float = math.inf
     max: float = -math.inf
 
+    def add_all(self, values: list[float], bounds: tuple[float, ...]) -> None:
+        """add() for each value in turn, its bucket found in `bounds` (the same sums, in
+        the same order)."""
+        buckets = self.bucket_counts
+        total, low, high = self.sum, self.min, self.max
+        for value in values:
+            total += value
+            # bucket i holds (bounds[i-1], bounds[i]]: upper bounds are inclusive
+            buckets[bisect.bisect_left(bounds, value)] += 1
+            if value < low:
+                low = value
+            if value > high:
+                high = value
+        self.count += len(values)
+        self.sum, self.min, self.max = total, low, high
+
     def add(self, value: float, bucket: int) -> None:
         self.count += 1
         self.sum += value
@@ -199,36 +215,53 @@ class SpanMetrics:
             # Measurements share attribute dicts (an LLM client span's ~31 per-chunk gaps are
             # one dict): a dict's sorted key is made once per call, keyed by its id (every
             # dict stays alive, and unchanged, for the call), and a run of measurements of
-            # one instrument and one dict goes to the series the first of them found.
+            # one instrument and one dict is added to its series in one step.
             keys: dict[int, tuple] = {}
             for span in pending:
                 resource = resources.get(span.pid)
-                last_name = last_attributes = None
-                found: _Series | str | None = None
-                bounds: tuple[float, ...] = ()
-                for m in span.measurements:
-                    name, attributes, value = m.instrument, m.attributes, m.value
-                    if name != last_name or attributes is not last_attributes:
-                        last_name, last_attributes = name, attributes
-                        found, bounds = self._find(resource, name, attributes, now_ns, keys)
-                    # _add's order of reasons: the instrument, the value, then the series
-                    if found is UNDECLARED:
-                        reason = found
-                    elif not math.isfinite(value) or value < 0:
-                        reason = INVALID_VALUE
-                    else:
-                        if found is None:  # a new series, made for its first valid value
-                            found, bounds = self._find(resource, name, attributes, now_ns,
-                                                       keys, create=True)
-                        if type(found) is not _Series:
-                            reason = found  # the series limit
-                        else:
-                            # bucket i holds (bounds[i-1], bounds[i]]: upper bounds inclusive
-                            found.add(value, bisect.bisect_left(bounds, value))
-                            continue
-                    dropped[reason] = dropped.get(reason, 0) + 1
+                measurements = span.measurements
+                i, n = 0, len(measurements)
+                while i < n:
+                    first = measurements[i]
+                    name, attributes = first.instrument, first.attributes
+                    j = i + 1
+                    while (j < n and measurements[j].attributes is attributes
+                           and measurements[j].instrument == name):
+                        j += 1
+                    self._add_run(resource, name, attributes,
+                                  [m.value for m in measurements[i:j]], now_ns, keys, dropped)
+                    i = j
         for reason, n in dropped.items():
             self._stats.add("metrics.measurements_dropped", n, reason=reason)
+
+    def _add_run(
+        self,
+        resource: Resource | None,
+        name: str,
+        attributes: Mapping[str, AttributeValue],
+        values: list[float],
+        now_ns: int,
+        keys: dict[int, tuple],
+        dropped: dict[str, int],
+    ) -> None:
+        """_add for each of `values` in turn (the lock held), the drops counted in
+        `dropped` by reason: the instrument, each value, then the series, in _add's order."""
+        found, bounds = self._find(resource, name, attributes, now_ns, keys)
+        if found is UNDECLARED:
+            dropped[UNDECLARED] = dropped.get(UNDECLARED, 0) + len(values)
+            return
+        isfinite = math.isfinite
+        valid = [v for v in values if isfinite(v) and v >= 0]  # histograms: non-negative
+        if len(valid) < len(values):
+            dropped[INVALID_VALUE] = dropped.get(INVALID_VALUE, 0) + len(values) - len(valid)
+        if not valid:
+            return
+        if found is None:  # a new series, made for its first valid value
+            found, bounds = self._find(resource, name, attributes, now_ns, keys, create=True)
+        if type(found) is not _Series:
+            dropped[SERIES_LIMIT] = dropped.get(SERIES_LIMIT, 0) + len(valid)
+            return
+        found.add_all(valid, bounds)
 
     def _find(
         self,
