@@ -1112,20 +1112,20 @@ static PyObject *chunks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 		Py_RETURN_TRUE;
 	}
 	/* _complete: the message's size, the stream reset (_Stream.reset); the frame returned */
-	PyObject *none_interim = PyTuple_New(0);
-	if (!none_interim)
+	PyObject *no_interim = PyTuple_New(0);
+	if (!no_interim)
 		return NULL;
 	Py_INCREF(frame); /* the stream's reference goes below */
 	if (set_ll(frame, &c_frame_slots[CF_SIZE], s_size + PyBytes_GET_SIZE(data)) ||
 	    set_ll(s, &c_stream_slots[CS_SIZE], 0) || set_ll(s, &c_stream_slots[CS_REMAINING], 0)) {
-		Py_DECREF(none_interim);
+		Py_DECREF(no_interim);
 		Py_DECREF(frame);
 		return NULL;
 	}
 	slot_set(s, &c_stream_slots[CS_FRAME], Py_None);
 	slot_set(s, &c_stream_slots[CS_BODY], Py_None);
-	slot_set(s, &c_stream_slots[CS_INTERIM], none_interim);
-	Py_DECREF(none_interim);
+	slot_set(s, &c_stream_slots[CS_INTERIM], no_interim);
+	Py_DECREF(no_interim);
 	return frame;
 error:
 	Py_DECREF(pieces);
