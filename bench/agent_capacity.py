@@ -65,10 +65,11 @@ agent's core (--receiver-cpu to move it): on the peers' core, beside the open-lo
 client, it answered too late from 10,000 req/s on and the agent's export queue dropped
 spans (its export thread waiting on rotel's answers, its own CPU under half a core);
 on the agent's core it takes core time the agent could have had, not the agent's CPU.
---compare N (http part): instead of the steps, N rounds at each rate of the agent with
+--compare N (http and sse parts): instead of the steps, N rounds at each rate of the agent with
 the compiled per-event path (otel_ebpf/_fast) and with the pure Python path
 (OTEL_EBPF_PURE_PYTHON=1), interleaved (the order alternating per round): medians and
-[min–max] of agent CPU and us/req side by side, kernel drops and rounds kept up with.
+[min–max] of agent CPU and us/req (us/stream) side by side, kernel drops and rounds kept up
+with.
 With --base DIR, the two sides are the agent of another checkout (DIR, its extensions
 built in place with `setup.py build_ext --inplace` and its BPF objects in DIR/bpf/build)
 and this checkout's, both compiled: a before/after of a change, interleaved the same way.
@@ -561,35 +562,45 @@ def pure_python(on: bool):
             os.environ["OTEL_EBPF_PURE_PYTHON"] = saved
 
 
-def compare_http(args, exe: Path, today: str) -> list[str]:
-    """--compare: two agents at each rate, interleaved rounds (the order alternating per
-    round), side by side: the compiled per-event path against pure Python, or with --base
-    this checkout's agent against the one in the --base folder (both compiled)."""
+def compare_sides(args, part: str, rates: list[float], one, rounds: int) -> tuple:
+    """`rounds` runs of two agents at each rate, interleaved (the order alternating per
+    round): the compiled per-event path against pure Python, or with --base this checkout's
+    agent against the one in the --base folder (both compiled). `one(rate, **side)` runs a
+    step. The sides and {(rate, side name): steps}."""
     if args.base is not None:
         sides = ((f"before ({args.base.name})", dict(tree=args.base)),
                  ("after (this checkout)", dict(tree=REPO)))
     else:
         sides = (("pure Python", dict(pure=True)), ("compiled", dict(pure=False)))
     runs: dict[tuple[float, str], list[Step]] = {}
-    for rate in args.rates:
-        for i in range(args.compare):
+    for rate in rates:
+        for i in range(rounds):
             for name, how in (sides if i % 2 == 0 else sides[::-1]):
-                print(f"http {name}: offered {rate:g}/s for {args.seconds:g} s (round {i + 1})",
+                print(f"{part} {name}: offered {rate:g}/s for {args.seconds:g} s (round {i + 1})",
                       file=sys.stderr)
-                s = http_step(rate, args, exe, **how)
+                s = one(rate, **how)
                 print(f"  agent CPU {s.agent_cpu:.0f} %, {s.us_per_req or 0:.0f} us/req, others "
                       f"on its core {s.others_cpu:.0f} %, drops {s.drops}, spans "
                       f"{s.spans_in_time} of {s.expected}, kept up {s.kept_up(args.max_cpu)}",
                       file=sys.stderr)
                 runs.setdefault((rate, name), []).append(s)
+    return sides, runs
 
-    def cell(values: list[float | None], spec: str = ".0f") -> str:
-        got = [v for v in values if v is not None]
-        if not got:
-            return "n/a"
-        return (f"{format(statistics.median(got), spec)} "
-                f"[{format(min(got), spec)}–{format(max(got), spec)}]")
 
+def cell(values: list[float | None], spec: str = ".0f") -> str:
+    """median [min–max] of the values given (None left out)."""
+    got = [v for v in values if v is not None]
+    if not got:
+        return "n/a"
+    return (f"{format(statistics.median(got), spec)} "
+            f"[{format(min(got), spec)}–{format(max(got), spec)}]")
+
+
+def compare_http(args, exe: Path, today: str) -> list[str]:
+    """--compare, http part: two agents at each rate side by side (compare_sides)."""
+    sides, runs = compare_sides(args, "http", args.rates,
+                                lambda rate, **how: http_step(rate, args, exe, **how),
+                                args.compare)
     what = ("this checkout against the one before" if args.base is not None
             else "compiled per-event path against pure Python")
     lines = [f"### HTTP/1.1, {what} ({today}, keep-alive GETs on {args.conns} connections, "
@@ -617,8 +628,41 @@ def compare_http(args, exe: Path, today: str) -> list[str]:
     return lines
 
 
+def compare_sse(args, today: str) -> list[str]:
+    """--compare, sse part: two agents at each streams/s rate side by side (compare_sides);
+    the figures per 1k chunks/s and per stream."""
+    sides, runs = compare_sides(args, "sse", args.sse_rates,
+                                lambda rate, **how: sse_step(rate, args, **how), args.compare)
+    what = ("this checkout against the one before" if args.base is not None
+            else "compiled per-event path against pure Python")
+    lines = [f"### LLM SSE streams, {what} ({today}, chat completions, {SSE_TOKENS} tokens "
+             f"{SSE_INTERVAL_MS:g} ms apart, {SSE_EVENTS_PER_STREAM} SSE events per stream, up "
+             f"to {args.sse_conns} concurrent streams, open loop, {args.compare} interleaved "
+             "rounds per rate and agent, median [min–max])", "",
+             "| offered streams/s | agent | chunks/s | agent CPU % | agent CPU % per 1k chunks/s "
+             "| agent us/stream | others on its core % | kernel drops | rounds kept up |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+    for rate in args.sse_rates:
+        for name, _ in sides:
+            steps = runs[(rate, name)]
+            per_k = [s.agent_cpu / (s.chunk_rate / 1000) if s.agent_cpu is not None
+                     and s.chunk_rate else None for s in steps]
+            lines.append(
+                f"| {rate:g} | {name} | {cell([s.chunk_rate for s in steps])} | "
+                f"{cell([s.agent_cpu for s in steps], '.1f')} | {cell(per_k, '.2f')} | "
+                f"{cell([s.us_per_req for s in steps])} | "
+                f"{cell([s.others_cpu for s in steps])} | "
+                f"{', '.join(str(s.drops) for s in steps)} | "
+                f"{sum(s.kept_up(args.max_cpu) for s in steps)} of {len(steps)} |")
+    lines += ["", f"Agent pinned to CPU {args.agent_cpu}, load peers to CPU {args.peer_cpu}; "
+              "each run a fresh agent with default settings (file exporter). kept up = 0 kernel "
+              f"drops, all 2 spans/stream exported within {args.drain:g} s, none "
+              f"queue-dropped, CPU < {args.max_cpu:g} %."]
+    return lines
+
+
 def peer_step(name: str, rate: float, args, server: list[str], load: list[str],
-              profile: bool) -> tuple[Step, dict]:
+              profile: bool, tree: Path = REPO, pure: bool = False) -> tuple[Step, dict]:
     """One step against a Python server peer (`server`, given a free port after it), under
     a fresh agent, with the load command `load` (its port placeholder "{port}" filled in):
     the step and the load's summary."""
@@ -632,7 +676,8 @@ def peer_step(name: str, rate: float, args, server: list[str], load: list[str],
         agent = None
         try:
             wait_port(port, proc)
-            agent = Agent(workdir, [port], args.agent_cpu)
+            with pure_python(pure):
+                agent = Agent(workdir, [port], args.agent_cpu, tree=tree)
             time.sleep(SETTLE_S)
             cmd = [str(port) if part == "{port}" else part for part in load]
             summary = measured_step(step, agent, proc.pid, cmd, args.seconds + 60, args,
@@ -645,14 +690,15 @@ def peer_step(name: str, rate: float, args, server: list[str], load: list[str],
     return step, summary
 
 
-def sse_step(rate: float, args, profile: bool = False) -> Step:
+def sse_step(rate: float, args, profile: bool = False, tree: Path = REPO,
+             pure: bool = False) -> Step:
     step, load = peer_step(
         "sse", rate, args,
         ["tests.support.openai_server", "--first-token-delay", "0", "--token-interval",
          str(SSE_INTERVAL_MS / 1000), "--tokens", str(SSE_TOKENS), "--port"],
         [sys.executable, str(CAPACITY / "sse_client.py"), "{port}", str(rate),
          str(args.seconds), "--conns", str(args.sse_conns), "--tokens", str(SSE_TOKENS),
-         "--interval-ms", str(SSE_INTERVAL_MS)], profile)
+         "--interval-ms", str(SSE_INTERVAL_MS)], profile, tree, pure)
     step.achieved = load["streams_per_s"]
     step.chunks = load["events"]
     step.chunk_rate = load["events_per_s"]
@@ -950,7 +996,7 @@ def main() -> int:
     ap.add_argument("--peer-cpu", type=int, default=1)
     ap.add_argument("--profile", action="store_true", help="py-spy the agent at saturation")
     ap.add_argument("--compare", type=int, default=0,
-                    help="http part: N interleaved rounds per rate, compiled vs pure Python")
+                    help="http and sse parts: N interleaved rounds per rate, compiled vs pure Python")
     ap.add_argument("--base", type=Path,
                     help="with --compare: the agent of this checkout (built) against this one's")
     ap.add_argument("--exporter", choices=("file", "otlp"), default="file",
@@ -998,7 +1044,10 @@ def main() -> int:
                 f"on {args.conns} connections, open loop)", steps, args, sse=False,
                 exporter=args.exporter)
             lines.append("")
-        if "sse" in parts:
+        if "sse" in parts and args.compare:
+            lines += compare_sse(args, today)
+            lines.append("")
+        elif "sse" in parts:
             steps = run_steps("sse", args.sse_rates, lambda r: sse_step(r, args), args)
             if args.profile:
                 profile_at_saturation("sse", steps, lambda r: sse_step(r, args, True), args)

@@ -107,9 +107,10 @@ def _registered(target) -> Callable[[bytes], None]:
 
 
 def _http1_differential(pieces: list[bytes]) -> Callable[[bytes], None]:
-    """The compiled HTTP/1 heads (otel_ebpf/_fast/http1.c) against llhttp: one script of
-    syscalls fed to two connections, one parsing heads in C, one with llhttp; a difference
-    in their records or spans is a crash (AssertionError)."""
+    """The compiled HTTP/1 heads and syscall steps (otel_ebpf/_fast/http1.c, conn.c)
+    against llhttp and Connection.on_data: one script of syscalls fed to two connections,
+    one parsing heads and body pieces in C, one in Python with llhttp; a difference in
+    their records or spans is a crash (AssertionError)."""
     parser = HTTP1Parser({"correlation_headers": ["x-request-id", "traceparent"]})
 
     def one(data: bytes, totals: Totals) -> None:
@@ -130,6 +131,7 @@ def _http1_differential(pieces: list[bytes]) -> Callable[[bytes], None]:
             driver = ConnectionDriver(parser, conn_info(role), midstream=midstream)
             if not compiled:
                 driver.state.fast_kept = None  # every head through llhttp
+                driver.fast_data = None  # every syscall through on_data: _chunks, not C's
             for direction, captured, gap in script:
                 driver.feed(direction, captured, gap)
             if close:

@@ -292,11 +292,13 @@ out:
  * head is past (frame_start set): when the parser's class has a compiled `piece` step
  * (HTTP/1's otel_ebpf/_fast/http1.c chunks) and that step takes every byte without ending
  * a frame, what _whole leaves after such a piece is done here (the head moves on, the
- * timing chunk is pruned, frame_start stays). The step times what it keeps by the
+ * timing chunk is pruned, frame_start stays); when it takes every byte and ends the
+ * message (returning its frame), Connection._piece_done finishes the frame as _parse,
+ * _frame_done and _finish_pending would. The step times what it keeps by the
  * syscall's time, which is what the tracker's time_at answers for every byte of it: so
  * only with the state's time_at the connection's own. False, nothing changed, otherwise.
  */
-static PyObject *s_piece;
+static PyObject *s_piece, *s__piece_done;
 
 static PyObject *piece(PyObject *conn, PyObject *stream, PyObject *state, PyObject *direction,
 		       PyObject *pos, PyObject *msg_len, PyObject *payload, PyObject *start_ns,
@@ -320,7 +322,7 @@ static PyObject *piece(PyObject *conn, PyObject *stream, PyObject *state, PyObje
 	PyObject *result = NULL;
 	if (!took)
 		goto done;
-	if (took != Py_True) { /* on_data takes it, the parser untouched */
+	if (took == Py_False) { /* on_data takes it, the parser untouched */
 		result = Py_False;
 		goto done;
 	}
@@ -328,6 +330,16 @@ static PyObject *piece(PyObject *conn, PyObject *stream, PyObject *state, PyObje
 	slot_set(conn, &conn_slots[C_LAST_NS], end_ns);
 	if (note_end(stream, end, end_ns) < 0)
 		goto done;
+	if (took != Py_True) { /* the message's frame: it ended with this piece */
+		PyObject *margs[5] = {conn, direction, took, end, end_ns};
+		PyObject *v = PyObject_VectorcallMethod(s__piece_done, margs,
+							5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+		if (!v)
+			goto done;
+		Py_DECREF(v);
+		result = Py_True;
+		goto done;
+	}
 	slot_set(stream, &stream_slots[S_HEAD], end);
 	result = Py_True;
 done:
@@ -490,7 +502,8 @@ static struct PyModuleDef conn_module = {
 PyMODINIT_FUNC PyInit_conn(void)
 {
 	if (!(s__whole = PyUnicode_InternFromString("_whole")) ||
-	    !(s_piece = PyUnicode_InternFromString("piece")))
+	    !(s_piece = PyUnicode_InternFromString("piece")) ||
+	    !(s__piece_done = PyUnicode_InternFromString("_piece_done")))
 		return NULL;
 	return PyModule_Create(&conn_module);
 }

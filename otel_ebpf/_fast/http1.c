@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* HTTP/1 heads on the common path, in one pass: a strict subset of what llhttp accepts.
  *
- * head(buf, request, kept) -> tuple | None
+ * head(buf, request, kept[, chunked]) -> tuple | None
  *
  * A head this code is sure about (complete in buf, every byte inside the grammar below) is
  * returned as the fields protocols/http1/parse.py reads from it; anything else returns
@@ -11,8 +11,11 @@
  *   request line  KNOWN-METHOD SP origin-form SP "HTTP/1." [01] CRLF  (no CONNECT)
  *   status line   "HTTP/1." [01] SP [1-5] DIGIT DIGIT SP 1*(VCHAR / SP) CRLF
  *   header        1*tchar ":" *(SP / HT) 1*VCHAR *(VCHAR / SP / HT) CRLF
- *   then CRLF. No obs-fold, no obs-text, no empty value; Transfer-Encoding, Upgrade, a
- *   repeated or non-decimal Content-Length all go to llhttp.
+ *   then CRLF. No obs-fold, no obs-text, no empty value; Upgrade, a repeated or
+ *   non-decimal Content-Length all go to llhttp, and so does Transfer-Encoding unless
+ *   the caller takes chunked bodies (chunked true): then one "Transfer-Encoding: chunked"
+ *   exactly (lower case, no parameters or other codings, no blanks after it) in an
+ *   HTTP/1.1 head without Content-Length is taken, as content_length CHUNKED (-2).
  *
  * kept maps a lower-case header name (bytes) to (name as str, flags): which of the head's
  * values the caller wants (the framing headers and the correlation carriers, secrets
@@ -42,8 +45,12 @@
 #define K_UA 2
 #define K_CTYPE 4
 #define K_CLEN 8
-#define K_FALLBACK 16 /* Transfer-Encoding, Upgrade: framing llhttp decides */
+#define K_FALLBACK 16 /* Upgrade: framing llhttp decides */
 #define K_CARRIER 32
+#define K_TE 64 /* Transfer-Encoding: "chunked" alone taken where the caller asks, else llhttp's */
+
+#define CLEN_NONE (-1)
+#define CLEN_CHUNKED (-2)
 
 static const char *const METHOD_NAMES[] = {"GET", "HEAD", "POST", "PUT", "DELETE",
 					   "OPTIONS", "TRACE", "PATCH"};
@@ -132,7 +139,7 @@ struct head {
 	Py_ssize_t text_len;
 	PyObject *carrier;  /* owned: {name: value} of the carriers */
 	PyObject *vals[3];  /* owned or NULL: host, user-agent, content-type */
-	long long clen;     /* -1: none */
+	long long clen;     /* CLEN_NONE, CLEN_CHUNKED or the Content-Length */
 };
 
 static void head_clear(struct head *h)
@@ -145,11 +152,12 @@ static void head_clear(struct head *h)
 /* 1: a head in the subset, its fields in h (vals filled with "" where absent); 0: not
  * sure, llhttp's (h holds nothing); -1: an error set */
 static int read_head(const unsigned char *buf, Py_ssize_t len, int request, PyObject *kept,
-		     struct head *h)
+		     int chunked_ok, struct head *h)
 {
 	const unsigned char *end = buf + len;
+	int chunked = 0;
 	memset(h, 0, sizeof(*h));
-	h->clen = -1;
+	h->clen = CLEN_NONE;
 
 	Py_ssize_t lead = 0;
 	while (lead < len && (buf[lead] == '\r' || buf[lead] == '\n'))
@@ -217,6 +225,14 @@ static int read_head(const unsigned char *buf, Py_ssize_t len, int request, PyOb
 		name = PyTuple_GET_ITEM(entry, 0);
 		if (flags & K_FALLBACK)
 			goto fallback;
+		if (flags & K_TE) {
+			/* one coding, "chunked" as parse.py _transfer reads it; anything else
+			 * (other codings, a list, a repeat, blanks after it) is llhttp's */
+			if (!chunked_ok || chunked || ve != eol || eol - v != 7 ||
+			    memcmp(v, "chunked", 7))
+				goto fallback;
+			chunked = 1;
+		}
 		if (flags & K_CLEN) {
 			if (h->clen >= 0 || ve != eol || eol - v > 15)
 				goto fallback; /* repeated, trailing blanks, or too long: llhttp's */
@@ -244,6 +260,13 @@ static int read_head(const unsigned char *buf, Py_ssize_t len, int request, PyOb
 			Py_DECREF(value);
 		}
 		p = eol + 2;
+	}
+	if (chunked) {
+		/* beside Content-Length (which llhttp is told to tolerate), or in HTTP/1.0: the
+		 * reference decides */
+		if (h->clen >= 0 || h->minor != 1)
+			goto fallback;
+		h->clen = CLEN_CHUNKED;
 	}
 	for (int i = 0; i < 3; i++)
 		if (!h->vals[i]) {
@@ -274,13 +297,13 @@ static PyObject *first_of(const struct head *h, int request)
 static PyObject *head(PyObject *self, PyObject *args)
 {
 	Py_buffer view;
-	int request;
+	int request, chunked = 0;
 	PyObject *kept;
-	if (!PyArg_ParseTuple(args, "y*pO!", &view, &request, &PyDict_Type, &kept))
+	if (!PyArg_ParseTuple(args, "y*pO!|p", &view, &request, &PyDict_Type, &kept, &chunked))
 		return NULL;
 	struct head h;
 	PyObject *result = NULL, *first = NULL, *text = NULL;
-	int found = read_head(view.buf, view.len, request, kept, &h);
+	int found = read_head(view.buf, view.len, request, kept, chunked, &h);
 	PyBuffer_Release(&view);
 	if (found <= 0) {
 		if (found < 0)
@@ -405,7 +428,7 @@ static PyObject *whole(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 	const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
 	Py_ssize_t len = PyBytes_GET_SIZE(data);
 	struct head h;
-	int found = read_head(buf, len, request, kept, &h);
+	int found = read_head(buf, len, request, kept, 0, &h); /* no chunked body: not whole */
 	if (found <= 0) {
 		if (found < 0)
 			return NULL;
@@ -893,10 +916,11 @@ static PyTypeObject *c_state_type, *c_stream_type, *c_request_type, *c_response_
 static PyObject *c_chunked;
 static Py_ssize_t c_max_pieces;
 static struct slot c_state_slots[2] = {{"tunnel"}, {"streams"}};
-enum { CS_BODY, CS_FRAME, CS_SIZE, CS_N };
-static struct slot c_stream_slots[CS_N] = {{"body"}, {"frame"}, {"size"}};
-enum { CF_CHUNKS, CF_BODY_SIZE, CF_BODY, CF_N };
-static struct slot c_frame_slots[CF_N] = {{"chunks"}, {"body_size"}, {"body"}};
+enum { CS_BODY, CS_FRAME, CS_SIZE, CS_REMAINING, CS_INTERIM, CS_N };
+static struct slot c_stream_slots[CS_N] = {{"body"}, {"frame"}, {"size"}, {"remaining"},
+					   {"interim"}};
+enum { CF_CHUNKS, CF_BODY_SIZE, CF_BODY, CF_SIZE, CF_N };
+static struct slot c_frame_slots[CF_N] = {{"chunks"}, {"body_size"}, {"body"}, {"size"}};
 enum { CB_PIECES, CB_SIZE, CB_KEPT, CB_LIMIT, CB_N };
 static struct slot c_body_slots[CB_N] = {{"pieces"}, {"size"}, {"kept"}, {"limit"}};
 enum { CP_OFFSET, CP_NS, CP_DATA, CP_N };
@@ -1015,11 +1039,18 @@ static PyObject *chunks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 			Py_RETURN_FALSE;
 	}
 
-	/* every byte whole chunks, none the last: else nothing changed, the Python steps run */
+	/* every byte whole chunks, the last one only as the last 5 bytes ("0", no trailer:
+	 * _chunks ends the message there too): else nothing changed, the Python steps run */
 	const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
 	const unsigned char *end = buf + PyBytes_GET_SIZE(data), *p = buf;
 	long long n_chunks = 0, payload = 0;
+	int last = 0;
 	while (p < end) {
+		if (end - p == 5 && !memcmp(p, "0\r\n\r\n", 5)) {
+			last = 1;
+			end = p; /* the walk below stops where the last chunk starts */
+			break;
+		}
 		unsigned long long size;
 		const unsigned char *at = chunk_line(p, end, &size);
 		if (!at || size == 0 || end - at < 2 || size > (unsigned long long)(end - at - 2))
@@ -1028,7 +1059,7 @@ static PyObject *chunks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 		n_chunks++;
 		payload += (long long)size;
 	}
-	if (!n_chunks || s_size > LLONG_MAX - PyBytes_GET_SIZE(data) ||
+	if ((!n_chunks && !last) || s_size > LLONG_MAX - PyBytes_GET_SIZE(data) ||
 	    f_chunks > LLONG_MAX - n_chunks || f_body_size > LLONG_MAX - payload ||
 	    b_size > LLONG_MAX - payload)
 		Py_RETURN_FALSE;
@@ -1073,10 +1104,29 @@ static PyObject *chunks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 		Py_DECREF(body);
 	}
 	if (set_ll(frame, &c_frame_slots[CF_CHUNKS], f_chunks + n_chunks) ||
-	    set_ll(frame, &c_frame_slots[CF_BODY_SIZE], f_body_size + payload) ||
-	    set_ll(s, &c_stream_slots[CS_SIZE], s_size + PyBytes_GET_SIZE(data)))
+	    set_ll(frame, &c_frame_slots[CF_BODY_SIZE], f_body_size + payload))
 		return NULL;
-	Py_RETURN_TRUE;
+	if (!last) {
+		if (set_ll(s, &c_stream_slots[CS_SIZE], s_size + PyBytes_GET_SIZE(data)))
+			return NULL;
+		Py_RETURN_TRUE;
+	}
+	/* _complete: the message's size, the stream reset (_Stream.reset); the frame returned */
+	PyObject *no_interim = PyTuple_New(0);
+	if (!no_interim)
+		return NULL;
+	Py_INCREF(frame); /* the stream's reference goes below */
+	if (set_ll(frame, &c_frame_slots[CF_SIZE], s_size + PyBytes_GET_SIZE(data)) ||
+	    set_ll(s, &c_stream_slots[CS_SIZE], 0) || set_ll(s, &c_stream_slots[CS_REMAINING], 0)) {
+		Py_DECREF(no_interim);
+		Py_DECREF(frame);
+		return NULL;
+	}
+	slot_set(s, &c_stream_slots[CS_FRAME], Py_None);
+	slot_set(s, &c_stream_slots[CS_BODY], Py_None);
+	slot_set(s, &c_stream_slots[CS_INTERIM], no_interim);
+	Py_DECREF(no_interim);
+	return frame;
 error:
 	Py_DECREF(pieces);
 	Py_DECREF(body);
@@ -1085,8 +1135,9 @@ error:
 
 static PyMethodDef http1_methods[] = {
 	{"head", head, METH_VARARGS,
-	 "head(buf, request, kept) -> fields of a whole, plain HTTP/1 head at buf's start, or "
-	 "None (not sure: parse with llhttp)"},
+	 "head(buf, request, kept, chunked=False) -> fields of a whole, plain HTTP/1 head at "
+	 "buf's start, or None (not sure: parse with llhttp); with chunked, a chunked head's "
+	 "content_length is CHUNKED"},
 	{"whole", (PyCFunction)(void (*)(void))whole, METH_FASTCALL,
 	 "whole(direction, data, state, pos, start_ns, end_ns, seq, tid, task) -> the finished "
 	 "frame of a syscall that is one plain message, or None with nothing changed "
@@ -1102,7 +1153,8 @@ static PyMethodDef http1_methods[] = {
 	{"chunks", (PyCFunction)(void (*)(void))chunks, METH_FASTCALL,
 	 "chunks(direction, data, state, ns) -> True when data, a syscall's every byte inside a "
 	 "chunked body, is whole chunks none of them the last, all taken (counted, and kept as "
-	 "pieces timed ns when a layer reads the body); False with nothing changed "
+	 "pieces timed ns when a layer reads the body); the message's frame, complete, when "
+	 "the same ends with the last chunk (\"0\", no trailer); False with nothing changed "
 	 "(protocols/http1/parse.py _chunks is the reference)"},
 	{"chunks_setup", chunks_setup, METH_VARARGS,
 	 "chunks_setup(HTTP1State, _Stream, HTTPMessage, HTTPRequest, HTTPResponse, "
@@ -1149,6 +1201,8 @@ PyMODINIT_FUNC PyInit_http1(void)
 	    PyModule_AddIntConstant(m, "K_CTYPE", K_CTYPE) ||
 	    PyModule_AddIntConstant(m, "K_CLEN", K_CLEN) ||
 	    PyModule_AddIntConstant(m, "K_FALLBACK", K_FALLBACK) ||
+	    PyModule_AddIntConstant(m, "K_TE", K_TE) ||
+	    PyModule_AddIntConstant(m, "CHUNKED", CLEN_CHUNKED) ||
 	    PyModule_AddIntConstant(m, "K_CARRIER", K_CARRIER)) {
 		Py_DECREF(m);
 		return NULL;

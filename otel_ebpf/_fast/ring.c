@@ -2,11 +2,13 @@
 /* The ring buffer drained in C: libbpf calls a C function per record (no ctypes callback,
  * no Python object per record while draining, the GIL released), records are copied into
  * one growing arena, then decoded in a single pass into the events otel_ebpf/kernel/abi.py
- * defines. The two events that come by the thousand (data, close) are built here; every
- * other record is handed back as bytes for abi.decode, which stays the reference
- * (tests/unit/test_fast_ring.py decodes the same records both ways).
+ * defines. The events that come by the thousand (data, close, and an asyncio program's
+ * Context copies) are built here; every other record is handed back as bytes for
+ * abi.decode, which stays the reference (tests/unit/test_fast_ring.py decodes the same
+ * records both ways).
  *
- *   configure(DataEvent, ConnClose, directions)   once, from otel_ebpf/kernel/abi.py
+ *   configure(DataEvent, ConnClose, directions[, make_task])   once, from
+ *       otel_ebpf/kernel/abi.py; make_task(pid, tid, ts_ns, task, parent) -> TaskNew
  *   decode(records: list[bytes]) -> (events, n_raw)
  *   Ring(fds).poll(timeout_ms) -> (events, n_raw, rc)
  */
@@ -24,14 +26,21 @@
 
 static PyTypeObject *data_type, *close_type; /* abi.DataEvent, abi.ConnClose (named tuples) */
 static PyObject *directions;                 /* (Direction.EGRESS, Direction.INGRESS) */
+static PyObject *make_task;                  /* abi's TaskNew maker, or NULL: handed back */
 static PyObject *empty_bytes;
 
 static PyObject *configure(PyObject *self, PyObject *args)
 {
-	PyObject *d, *c, *dirs;
-	if (!PyArg_ParseTuple(args, "O!O!O!", &PyType_Type, &d, &PyType_Type, &c, &PyTuple_Type,
-			      &dirs))
+	PyObject *d, *c, *dirs, *task = NULL;
+	if (!PyArg_ParseTuple(args, "O!O!O!|O", &PyType_Type, &d, &PyType_Type, &c, &PyTuple_Type,
+			      &dirs, &task))
 		return NULL;
+	if (task == Py_None)
+		task = NULL;
+	if (task && !PyCallable_Check(task)) {
+		PyErr_SetString(PyExc_TypeError, "configure: make_task must be callable");
+		return NULL;
+	}
 	if (!PyType_IsSubtype((PyTypeObject *)d, &PyTuple_Type) ||
 	    !PyType_IsSubtype((PyTypeObject *)c, &PyTuple_Type) || PyTuple_GET_SIZE(dirs) != 2) {
 		PyErr_SetString(PyExc_TypeError, "configure(DataEvent, ConnClose, (egress, ingress))");
@@ -43,6 +52,8 @@ static PyObject *configure(PyObject *self, PyObject *args)
 	Py_XSETREF(data_type, (PyTypeObject *)d);
 	Py_XSETREF(close_type, (PyTypeObject *)c);
 	Py_XSETREF(directions, dirs);
+	Py_XINCREF(task);
+	Py_XSETREF(make_task, task);
 	Py_RETURN_NONE;
 }
 
@@ -131,6 +142,26 @@ static PyObject *decode_close(const unsigned char *rec)
 	return make(close_type, items, 4);
 }
 
+/* abi._decode_task: the maker called with the record's fields in its order */
+static PyObject *decode_task(const unsigned char *rec)
+{
+	struct task_event ev;
+	memcpy(&ev, rec, sizeof(ev));
+	PyObject *fields[5] = {
+		PyLong_FromUnsignedLong(ev.pid),
+		PyLong_FromUnsignedLong(ev.hdr.tid),
+		PyLong_FromUnsignedLongLong(ev.hdr.ts_ns),
+		PyLong_FromUnsignedLongLong(ev.task),
+		PyLong_FromUnsignedLongLong(ev.parent),
+	};
+	PyObject *out = NULL;
+	if (fields[0] && fields[1] && fields[2] && fields[3] && fields[4])
+		out = PyObject_Vectorcall(make_task, fields, 5, NULL);
+	for (int i = 0; i < 5; i++)
+		Py_XDECREF(fields[i]);
+	return out;
+}
+
 /* one record -> an event, or its bytes for abi.decode (*raw incremented) */
 static PyObject *decode_one(const unsigned char *rec, size_t size, Py_ssize_t *raw)
 {
@@ -139,6 +170,8 @@ static PyObject *decode_one(const unsigned char *rec, size_t size, Py_ssize_t *r
 		return decode_data(rec, size);
 	if (size >= sizeof(struct conn_close_event) && rec[0] == EV_CONN_CLOSE)
 		return decode_close(rec);
+	if (make_task && size >= sizeof(struct task_event) && rec[0] == EV_TASK_NEW)
+		return decode_task(rec);
 	(*raw)++;
 	return PyBytes_FromStringAndSize((const char *)rec, size);
 }
@@ -345,7 +378,8 @@ static PyTypeObject RingType = {
 };
 
 static PyMethodDef ring_methods[] = {
-	{"configure", configure, METH_VARARGS, "configure(DataEvent, ConnClose, directions)"},
+	{"configure", configure, METH_VARARGS,
+	 "configure(DataEvent, ConnClose, directions[, make_task]): the events decode() builds"},
 	{"decode", decode, METH_O, "decode(records) -> (events, n_raw): n_raw left as bytes"},
 	{NULL, NULL, 0, NULL},
 };

@@ -30,8 +30,9 @@ FOREVER_NS = 2**63 - 1
 MAX_PARSE_STEPS = 10_000  # per feed: a parser that never advances cannot hang the agent
 RESYNC_TAIL = 16  # bytes kept when resync finds nothing: a message start may be cut there
 # a syscall's bytes, all captured, right at the head of a stream inside a message (a body
-# piece): parsed from the payload itself, without the stream's buffer (Connection._whole);
-# False: the general path, its reference (tests compare the two)
+# piece), or a head whose body comes later: parsed from the payload itself, without the
+# stream's buffer (Connection._whole); False: the general path, its reference (tests
+# compare the two)
 PIECE_STEP = True
 # enum members as module constants: looking a member up on its class costs ~0.2 µs
 _INGRESS, _FRAME, _NEED_MORE = Direction.INGRESS, ParseResult.FRAME, ParseResult.NEED_MORE
@@ -187,43 +188,82 @@ class Connection:
         """A syscall's bytes, all captured, right at the head of a stream that holds nothing
         buffered, queued, pending or being resynced: the usual event. The same steps as
         Stream.add, _parse and _finish_pending, parsed from the payload itself: when the
-        parser makes one frame of exactly these bytes (a whole message; not `inside` one
-        already started), or takes them all and ends no frame (a body piece, `inside` a
-        message), they never reach the stream's buffer; else the general loop goes on from
-        the parser's answer."""
+        parser makes one frame of exactly these bytes (a whole message, or the end of one
+        `inside` it), or takes them all and ends no frame (a body piece, or a head whose
+        body follows), in one step or in several (a head, then its body), they never reach
+        the stream's buffer; else the general loop goes on from the parser's answer."""
         stream = self.streams[direction]
         if chunk.end > stream.known_end:
             stream.known_end = chunk.end
         stream.last_end_ns = chunk.end_ns
         stream.times.append(chunk)  # for time_at while the parser reads
-        view = memoryview(chunk.data)
-        step = self.parser.parse(direction, view, self.state)  # type: ignore[union-attr]
+        parse, state, data = self.parser.parse, self.state, chunk.data  # type: ignore[union-attr]
+        view = memoryview(data)
+        step = parse(direction, view, state)
         view.release()
-        result, frame, consumed = step
-        if consumed == chunk.end - chunk.pos:
-            if inside:
-                if result is _NEED_MORE:  # a body piece
+        offset = 0  # bytes of the syscall the steps so far took
+        while True:
+            result, frame, consumed = step
+            rest = chunk.end - chunk.pos - offset
+            if consumed == rest:
+                if result is _NEED_MORE and PIECE_STEP:
+                    # a body piece, or a head whose body comes later (a streamed answer's):
+                    # the message goes on from the syscall's end, as _parse and
+                    # _finish_pending leave it (without PIECE_STEP, the reference, they do it)
                     if self.frame_start[direction] is None:
                         self.frame_start[direction] = self._start_at(stream, stream.head)
                     stream.head = chunk.end
                     stream.prune(chunk.end)  # _finish_pending's, with nothing pending
                     return
-            elif result is _FRAME and frame is not None:
-                # stamped as _stamp_start and _finish_pending do: first and last byte its own
-                frame.direction, frame.stream_pos = direction, chunk.pos
-                frame.start_ns, frame.tid, frame.task = chunk.start_ns, chunk.tid, chunk.task
-                frame.tcp_seq = None if chunk.tcp_seq is None else chunk.tcp_seq & 0xFFFFFFFF
-                stream.head = chunk.end
-                stream.times.clear()  # prune(head): the chunk ends there
-                frame.end_ns = max(chunk.end_ns, frame.start_ns)
-                frame.size = frame.size or consumed
-                self.state.frames[direction].append(frame)  # type: ignore[union-attr]
-                if self.frames_out is not None:
-                    self.frames_out.append((self.info, frame))
-                return
-        stream.buf += chunk.data  # what Stream._fill puts there
+                if (inside or offset) and result is _FRAME and frame is not None and PIECE_STEP:
+                    # a body piece that ends its message (a request's body after its head)
+                    self._piece_done(direction, frame, chunk.end, chunk.end_ns)
+                    stream.prune(chunk.end)  # _finish_pending's, with nothing pending
+                    return
+                if not inside and not offset and result is _FRAME and frame is not None:
+                    # stamped as _stamp_start and _finish_pending do: its first and last
+                    # byte the syscall's
+                    frame.direction, frame.stream_pos = direction, chunk.pos
+                    frame.start_ns, frame.tid, frame.task = chunk.start_ns, chunk.tid, chunk.task
+                    frame.tcp_seq = (None if chunk.tcp_seq is None
+                                     else chunk.tcp_seq & 0xFFFFFFFF)
+                    stream.head = chunk.end
+                    stream.times.clear()  # prune(head): the chunk ends there
+                    frame.end_ns = max(chunk.end_ns, frame.start_ns)
+                    frame.size = frame.size or consumed
+                    self.state.frames[direction].append(frame)  # type: ignore[union-attr]
+                    if self.frames_out is not None:
+                        self.frames_out.append((self.info, frame))
+                    return
+            elif result is _NEED_MORE and 0 < consumed < rest and PIECE_STEP:
+                # a head with (part of) its body in the same syscall: _parse's first step,
+                # then the parser shown the rest, as _parse shows it the buffer's rest
+                if self.frame_start[direction] is None:
+                    self.frame_start[direction] = self._start_at(stream, stream.head)
+                stream.head += consumed
+                offset += consumed
+                view = memoryview(data)[offset:]
+                step = parse(direction, view, state)
+                view.release()
+                continue
+            break
+        # what Stream._fill puts there, less what the steps above took
+        stream.buf += data[offset:] if offset else data
         self._parse(direction, stats, step)
         self._finish_pending(direction)
+
+    def _piece_done(self, direction: Direction, frame: Frame, end: int, end_ns: int) -> None:
+        """A body piece that ended its message (the syscall's every byte taken, nothing
+        held in the stream; the compiled piece step's frame, or _whole's): what _frame_done
+        and _finish_pending leave, the message's last byte being the syscall's, whose time
+        time_of_last gives (the caller prunes the timing chunks up to `end`)."""
+        self._stamp_start(direction, frame)
+        self.streams[direction].head = end
+        frame.end_ns = max(end_ns, frame.start_ns)
+        frame.size = frame.size or end - frame.stream_pos
+        self.state.frames[direction].append(frame)  # type: ignore[union-attr]
+        if self.frames_out is not None:
+            self.frames_out.append((self.info, frame))
 
     def _datagram(self, direction: Direction, pos: int, msg_len: int, payload: bytes,
                   start_ns: int, end_ns: int, tid: int, task: int,

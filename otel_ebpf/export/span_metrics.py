@@ -38,6 +38,11 @@ DEFAULT_MAX_SERIES = 10_000
 # come after the exit event, from the close or the idle sweep) before they are dropped
 DEFAULT_LINGER_S = 5.0
 
+# reasons a measurement is dropped (metrics.measurements_dropped{reason})
+UNDECLARED = "undeclared_instrument"
+INVALID_VALUE = "invalid_value"
+SERIES_LIMIT = "series_limit"
+
 SeriesKey = tuple[str, tuple[tuple[str, str, Any], ...]]
 
 
@@ -91,6 +96,22 @@ class _Series:
     sum: float = 0.0
     min: float = math.inf
     max: float = -math.inf
+
+    def add_all(self, values: list[float], bounds: tuple[float, ...]) -> None:
+        """add() for each value in turn, its bucket found in `bounds` (the same sums, in
+        the same order)."""
+        buckets = self.bucket_counts
+        total, low, high = self.sum, self.min, self.max
+        for value in values:
+            total += value
+            # bucket i holds (bounds[i-1], bounds[i]]: upper bounds are inclusive
+            buckets[bisect.bisect_left(bounds, value)] += 1
+            if value < low:
+                low = value
+            if value > high:
+                high = value
+        self.count += len(values)
+        self.sum, self.min, self.max = total, low, high
 
     def add(self, value: float, bucket: int) -> None:
         self.count += 1
@@ -191,14 +212,91 @@ class SpanMetrics:
                     resources.clear()  # pids that were never forgotten: bound the cache
                 for pid, resource in looked_up.items():
                     resources.setdefault(pid, resource)
+            # Measurements share attribute dicts (an LLM client span's ~31 per-chunk gaps are
+            # one dict): a dict's sorted key is made once per call, keyed by its id (every
+            # dict stays alive, and unchanged, for the call), and a run of measurements of
+            # one instrument and one dict is added to its series in one step.
+            keys: dict[int, tuple] = {}
             for span in pending:
                 resource = resources.get(span.pid)
-                for m in span.measurements:
-                    reason = self._add(resource, m.instrument, m.value, m.attributes, now_ns)
-                    if reason:
-                        dropped[reason] = dropped.get(reason, 0) + 1
+                measurements = span.measurements
+                i, n = 0, len(measurements)
+                while i < n:
+                    first = measurements[i]
+                    name, attributes = first.instrument, first.attributes
+                    j = i + 1
+                    while (j < n and measurements[j].attributes is attributes
+                           and measurements[j].instrument == name):
+                        j += 1
+                    self._add_run(resource, name, attributes,
+                                  [m.value for m in measurements[i:j]], now_ns, keys, dropped)
+                    i = j
         for reason, n in dropped.items():
             self._stats.add("metrics.measurements_dropped", n, reason=reason)
+
+    def _add_run(
+        self,
+        resource: Resource | None,
+        name: str,
+        attributes: Mapping[str, AttributeValue],
+        values: list[float],
+        now_ns: int,
+        keys: dict[int, tuple],
+        dropped: dict[str, int],
+    ) -> None:
+        """_add for each of `values` in turn (the lock held), the drops counted in
+        `dropped` by reason: the instrument, each value, then the series, in _add's order."""
+        found, bounds = self._find(resource, name, attributes, now_ns, keys)
+        if found is UNDECLARED:
+            dropped[UNDECLARED] = dropped.get(UNDECLARED, 0) + len(values)
+            return
+        isfinite = math.isfinite
+        valid = [v for v in values if isfinite(v) and v >= 0]  # histograms: non-negative
+        if len(valid) < len(values):
+            dropped[INVALID_VALUE] = dropped.get(INVALID_VALUE, 0) + len(values) - len(valid)
+        if not valid:
+            return
+        if found is None:  # a new series, made for its first valid value
+            found, bounds = self._find(resource, name, attributes, now_ns, keys, create=True)
+        if type(found) is not _Series:
+            dropped[SERIES_LIMIT] = dropped.get(SERIES_LIMIT, 0) + len(valid)
+            return
+        found.add_all(valid, bounds)
+
+    def _find(
+        self,
+        resource: Resource | None,
+        name: str,
+        attributes: Mapping[str, AttributeValue],
+        now_ns: int,
+        keys: dict[int, tuple],
+        create: bool = False,
+    ) -> tuple[_Series | str | None, tuple[float, ...]]:
+        """The series of (resource, name, attributes) and its instrument's boundaries (the
+        lock held): UNDECLARED, None where there is no series yet, or (with `create`, as
+        _add makes one for a valid value) the new series or SERIES_LIMIT."""
+        instrument = self._instruments.get(name)
+        if instrument is None:
+            if name not in self._warned:
+                self._warned.add(name)
+                log.warning("measurement for undeclared instrument %r dropped", name)
+            return UNDECLARED, ()
+        process = self._processes.get(resource) if resource is not None else None
+        attributes_key = keys.get(id(attributes))
+        if attributes_key is None:
+            attributes_key = keys[id(attributes)] = _attributes_key(attributes)
+        key = (name, attributes_key)
+        series = process.series.get(key) if process is not None else None
+        if series is None and create:
+            if resource is None or self._series_count >= self._max_series:
+                return SERIES_LIMIT, ()
+            if process is None:
+                process = self._processes[resource] = _Process()
+            series = process.series[key] = _Series(
+                now_ns, dict(attributes), [0] * (len(instrument.boundaries) + 1)
+            )
+            self._series_count += 1
+        return series, instrument.boundaries
 
     def _add(
         self,
@@ -208,21 +306,22 @@ class SpanMetrics:
         attributes: Mapping[str, AttributeValue],
         now_ns: int,
     ) -> str | None:
-        """Record one value (the lock held); the reason it was dropped, or None."""
+        """Record one value (the lock held); the reason it was dropped, or None. The
+        reference of record()'s loop, which finds a run's series once."""
         instrument = self._instruments.get(name)
         if instrument is None:
             if name not in self._warned:
                 self._warned.add(name)
                 log.warning("measurement for undeclared instrument %r dropped", name)
-            return "undeclared_instrument"
+            return UNDECLARED
         if not math.isfinite(value) or value < 0:
-            return "invalid_value"  # histograms take non-negative values (OTel API)
+            return INVALID_VALUE  # histograms take non-negative values (OTel API)
         process = self._processes.get(resource) if resource is not None else None
         key = (name, _attributes_key(attributes))
         series = process.series.get(key) if process is not None else None
         if series is None:
             if resource is None or self._series_count >= self._max_series:
-                return "series_limit"
+                return SERIES_LIMIT
             if process is None:
                 process = self._processes[resource] = _Process()
             series = process.series[key] = _Series(

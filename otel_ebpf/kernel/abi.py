@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from otel_ebpf import _fast
-from otel_ebpf.protocols.base import Direction, Role
+from otel_ebpf.protocols.base import Direction, Role, positional_maker
 
 ABI_VERSION = 2
 MAX_CAPTURE = 65536
@@ -263,8 +263,8 @@ def decode(buf: bytes) -> Event:
 
 def decode_batch(records: list[bytes]) -> tuple[list[Event], int]:
     """Records -> events, and how many were malformed (left out). The compiled decoder
-    (otel_ebpf/_fast/ring.c) builds data and close events itself and hands every other
-    record back for decode(), which is the reference for all of them."""
+    (otel_ebpf/_fast/ring.c) builds data, close and task events itself and hands every
+    other record back for decode(), which is the reference for all of them."""
     if _fast.ring is None:
         return decode_each(records)
     events, raw = _fast.ring.decode(records)
@@ -299,7 +299,10 @@ def finish_raw(events: list) -> tuple[list[Event], int]:
 
 
 if _fast.ring is not None:
-    _fast.ring.configure(DataEvent, ConnClose, _DIRECTIONS)
+    # Context copies come by the thousand from an asyncio program: built in C too, by
+    # the fields _decode_task reads, in its order
+    _fast.ring.configure(DataEvent, ConnClose, _DIRECTIONS,
+                         positional_maker(TaskNew, ("pid", "tid", "ts_ns", "task", "parent")))
 
 
 def pack_agent_config(

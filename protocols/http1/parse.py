@@ -207,11 +207,12 @@ def _kept_names(carrier_names: frozenset[str]) -> frozenset[bytes]:
 @functools.lru_cache(maxsize=16)
 def _fast_kept(carrier_names: frozenset[str]) -> dict[bytes, tuple[str, int]]:
     """What otel_ebpf/_fast/http1.c keeps of a head: lower-case name -> (name, what it
-    is). Secrets are left out here, as _Head.on_header drops them; a head with
-    Transfer-Encoding or Upgrade is left to llhttp (K_FALLBACK)."""
+    is). Secrets are left out here, as _Head.on_header drops them; a head with Upgrade
+    is left to llhttp (K_FALLBACK), and one with Transfer-Encoding (K_TE) unless it is
+    "chunked" alone and the caller takes chunked bodies."""
     fast = _fast.http1
     roles = {"host": fast.K_HOST, "user-agent": fast.K_UA, "content-type": fast.K_CTYPE,
-             "content-length": fast.K_CLEN, "transfer-encoding": fast.K_FALLBACK,
+             "content-length": fast.K_CLEN, "transfer-encoding": fast.K_TE,
              "upgrade": fast.K_FALLBACK}
     kept: dict[bytes, tuple[str, int]] = {}
     for name in FRAMING_HEADERS | carrier_names:
@@ -361,7 +362,7 @@ def _transfer(head: _Head) -> tuple[Body | None, int]:
 
 
 def _request_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) -> Step:
-    fast = state.fast_kept is not None and _fast.http1.head(buf, True, state.fast_kept)
+    fast = state.fast_kept is not None and _fast.http1.head(buf, True, state.fast_kept, True)
     if fast:  # a plain head, parsed in C (otel_ebpf/_fast/http1.c): what llhttp would say
         _, end, method, target, version, carrier, host, agent, ctype, clen = fast
         layer = first_wanting(state.layers, method, target) if state.layers else None
@@ -376,6 +377,8 @@ def _request_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) -> 
             del sent[0]
         # no Upgrade header, no CONNECT: those heads are llhttp's, so no switch
         sent.append(Sent(index, method, False, layer))
+        if clen == _fast.http1.CHUNKED:
+            return _start_body(s, request, end, Body.CHUNKED, 0)
         if layer is None:  # skipped by length, as _start_body does
             if clen >= 0:
                 request.body_size = clen
@@ -434,7 +437,7 @@ def _response_body(status: int, method: str, declared: Body | None) -> Body:
 
 
 def _response_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) -> Step:
-    fast = state.fast_kept is not None and _fast.http1.head(buf, False, state.fast_kept)
+    fast = state.fast_kept is not None and _fast.http1.head(buf, False, state.fast_kept, True)
     if fast:  # a plain head, parsed in C (otel_ebpf/_fast/http1.c): what llhttp would say
         _, end, status, reason, version, carrier, host, agent, ctype, clen = fast
         if 100 <= status < 200 and status != 101:  # interim: see below
@@ -454,6 +457,8 @@ def _response_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) ->
             body = Body.TUNNEL
         elif clen >= 0:
             body = Body.LENGTH
+        elif clen == _fast.http1.CHUNKED:
+            body = Body.CHUNKED
         else:
             body = Body.UNTIL_CLOSE
         layer = sent.layer
@@ -462,7 +467,8 @@ def _response_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) ->
             layer, None if layer is None else BodyCapture(limit=layer.body_limit),
             carrier, version, {}, host, agent, ctype, "")
         state.tunnel = body is Body.TUNNEL
-        if layer is None and body is not Body.UNTIL_CLOSE:  # as _start_body does
+        if layer is None and body is not Body.UNTIL_CLOSE and body is not Body.CHUNKED:
+            # as _start_body does
             if body is Body.LENGTH:
                 response.body_size = clen
                 end += clen
@@ -637,11 +643,16 @@ def _start_body(s: _Stream, frame: HTTPMessage, head_len: int, body: Body, lengt
     return NEED, None, head_len
 
 
+_LAST_CHUNK = b"0\r\n\r\n"
+
+
 def _chunks(buf, s: _Stream, state: HTTP1State, direction: Direction) -> Step:
     """Every whole chunk at the buffer's head in one step (size line, data, CRLF), as the
     steps of _chunk, _read_chunk and _chunk_end would take them one by one: the same
-    counts, the same pieces timed by their first byte. The first chunk that is not whole
-    here (or a size line that is not clean, or the last chunk) is left to _chunk."""
+    counts, the same pieces timed by their first byte; then the last chunk, when it is
+    exactly "0" and an empty trailer section, ends the message in the same step. The
+    first chunk that is not whole here (or a size line that is not clean, or another
+    last chunk) is left to _chunk."""
     frame, n, pos = s.frame, len(buf), 0
     keep = frame.body is not None
     while True:
@@ -658,6 +669,10 @@ def _chunks(buf, s: _Stream, state: HTTP1State, direction: Direction) -> Step:
         if keep:
             frame.body.add(bytes(buf[data:data + size]), state.time_at(direction, data))
         pos = end
+    if buf[pos:pos + 5] == _LAST_CHUNK:
+        # the last chunk with no trailer: the message ends here, as _chunk and _trailers
+        # would end it
+        return _complete(s, frame, pos + 5)
     if pos == 0:
         return _chunk(buf, s)
     s.size += pos

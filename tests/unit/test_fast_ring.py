@@ -49,9 +49,15 @@ def open_record(draw) -> bytes:
 
 
 @st.composite
+def task_record(draw) -> bytes:
+    return abi.TASK_NEW.pack(abi.EV_TASK_NEW, draw(U32), draw(U64), draw(U32), draw(U64),
+                             draw(U64))
+
+
+@st.composite
 def any_record(draw) -> bytes:
     record = draw(st.one_of(data_record(), data_record(), close_record(), open_record(),
-                            st.binary(max_size=120)))
+                            task_record(), st.binary(max_size=120)))
     if draw(st.integers(0, 9)) == 0:  # cut short: a malformed record
         record = record[: draw(st.integers(0, len(record)))]
     return record
@@ -73,14 +79,16 @@ def test_same_events_as_abi_decode(records):
         assert [type(x) for x in g] == [type(x) for x in w]
 
 
-def test_data_and_close_are_built_in_c():
+def test_data_close_and_task_are_built_in_c():
     """Not vacuous: the records that come by the thousand are not handed back as bytes."""
     payload = b"GET / HTTP/1.1\r\n\r\n"
     data = abi.DATA.pack(abi.EV_DATA, 11, 100, 42, 7, 1, 200, 0, len(payload), len(payload), 5,
                          1, 0, 0, b"\0" * 16, 0, 0, 0xABC) + payload
     close = abi.CONN_CLOSE.pack(abi.EV_CONN_CLOSE, 11, 300, 42, 7, 1, 10, 20)
-    events, raw = _fast.ring.decode([data, close])
+    task = abi.TASK_NEW.pack(abi.EV_TASK_NEW, 12, 400, 42, 2**64 - 1, 0xDEF)
+    events, raw = _fast.ring.decode([data, close, task])
     assert raw == 0
-    assert events == [abi.decode(data), abi.decode(close)]
+    assert events == [abi.decode(data), abi.decode(close), abi.decode(task)]
+    assert type(events[2]) is abi.TaskNew and events[2].task == 2**64 - 1
     assert events[0].payload == payload and events[0].task == 0xABC
     assert _fast.ring.DATA_SIZE == abi.DATA.size
