@@ -380,6 +380,26 @@ static PyObject *setup_answers(PyObject *self, PyObject *args)
 	Py_RETURN_NONE;
 }
 
+/* Messages(): what its __init__ sets (no counts yet, an empty prefix, exact), without a
+ * Python frame; a new reference */
+static PyObject *new_messages(void)
+{
+	PyObject *m = msgs_type->tp_alloc(msgs_type, 0);
+	if (!m)
+		return NULL;
+	PyObject *prefix = PyByteArray_FromStringAndSize(NULL, 0);
+	if (!prefix || set_ll(m, &msgs_slots[G_COUNT], 0) < 0 ||
+	    set_ll(m, &msgs_slots[G_SIZE], 0) < 0 || set_ll(m, &msgs_slots[G_BODY_LEFT], 0) < 0) {
+		Py_XDECREF(prefix);
+		Py_DECREF(m);
+		return NULL;
+	}
+	slot_set(m, &msgs_slots[G_PREFIX], prefix);
+	Py_DECREF(prefix);
+	slot_set(m, &msgs_slots[G_EXACT], Py_True);
+	return m;
+}
+
 /* self += more, for an int slot; 0 or -1 */
 static int add_to(PyObject *o, const struct slot *s, PyObject *more)
 {
@@ -452,14 +472,17 @@ static PyObject *answer_block(PyObject *state, PyObject *side, PyObject *block, 
 	Py_INCREF(stream);
 	PyObject *made = NULL, *result = NULL;
 	if (response == Py_None) {
-		PyObject *margs[6] = {id, id, slot_get(side, &side_slots[D_BLOCK_HEAD]),
-				      slot_get(side, &side_slots[D_EPOCH]), Py_None, Py_None};
+		PyObject *margs[7] = {id, id, slot_get(side, &side_slots[D_BLOCK_HEAD]),
+				      slot_get(side, &side_slots[D_EPOCH]), Py_None, Py_None, NULL};
 		for (int i = 2; i < 4; i++)
 			if (!margs[i]) {
 				PyErr_SetString(PyExc_AttributeError, "answer_block: side unset");
 				goto done;
 			}
-		made = PyObject_Vectorcall(new_response, margs, 6, NULL);
+		if (!(margs[6] = new_messages()))
+			goto done;
+		made = PyObject_Vectorcall(new_response, margs, 7, NULL);
+		Py_DECREF(margs[6]);
 		if (!made)
 			goto done;
 		if (!Py_IS_TYPE(made, resp_type)) {
@@ -576,7 +599,12 @@ static PyObject *request_block(PyObject *state, PyObject *side, PyObject *block,
 	PyObject *copy = PyDict_GET_SIZE(carrier) ? PyDict_Copy(carrier) : PyDict_New();
 	if (!copy)
 		return NULL;
-	PyObject *margs[17] = {id,
+	PyObject *messages = new_messages();
+	if (!messages) {
+		Py_DECREF(copy);
+		return NULL;
+	}
+	PyObject *margs[18] = {id,
 			       id,
 			       Py_None,
 			       Py_None,
@@ -592,9 +620,11 @@ static PyObject *request_block(PyObject *state, PyObject *side, PyObject *block,
 			       ct ? ct : Py_None,
 			       ua ? ua : Py_None,
 			       unknown,
-			       fields[3]};
-	PyObject *request = PyObject_Vectorcall(new_request, margs, 17, NULL);
+			       fields[3],
+			       messages};
+	PyObject *request = PyObject_Vectorcall(new_request, margs, 18, NULL);
 	Py_DECREF(copy);
+	Py_DECREF(messages);
 	if (!request)
 		return NULL;
 	/* _Stream(request): its __init__ sets these two slots and nothing else */

@@ -563,7 +563,7 @@ def _request_block(state: HTTP2State, side: _Side, decoded: Block) -> H2Message 
         method, path, scheme, authority, bool(flags & f.END_STREAM), side.block_wire,
         side.block_head, side.epoch, dict(carrier) if carrier else {},
         known.get("content-type"), known.get("user-agent"), decoded.unknown,
-        side.block_arrival)
+        side.block_arrival, Messages())
     if state.capture_headers:
         _captured(request, decoded)
     state.last_request_id = stream_id
@@ -587,7 +587,7 @@ def _response_block(state: HTTP2State, side: _Side, decoded: Block) -> H2Message
         layer = stream.request.layer
         response = stream.response = _new_response(
             stream_id, stream_id, side.block_head, side.epoch, layer,
-            None if layer is None else Body(limit=layer.body_limit))
+            None if layer is None else Body(limit=layer.body_limit), Messages())
         stream.request.response_started = True
     response.size += side.block_wire
     known = decoded.known
@@ -633,13 +633,14 @@ def _captured(message: H2Message, decoded: Block) -> None:
 
 
 # a request or response as its reader makes it, in one call (the class's keywords and
-# __post_init__, exchange being the stream id, cost ~4x as much: four of them a gRPC call)
+# __post_init__, exchange being the stream id, cost ~4x as much: four of them a gRPC call);
+# its Messages given (the compiled readers make theirs without a Python __init__)
 _new_request = positional_maker(H2Request, (
     "stream_id", "exchange", "layer", "body", "method", "path", "scheme", "authority", "ended",
     "size", "head", "head_epoch", "carrier", "content_type", "user_agent", "unknown_fields",
-    "head_arrival"), post_init_sets=("exchange",))
+    "head_arrival", "messages"), post_init_sets=("exchange",))
 _new_response = positional_maker(H2Response, (
-    "stream_id", "exchange", "head", "head_epoch", "layer", "body"),
+    "stream_id", "exchange", "head", "head_epoch", "layer", "body", "messages"),
     post_init_sets=("exchange",))
 
 
