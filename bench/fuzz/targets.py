@@ -159,7 +159,7 @@ def _http2_differential(pieces: list[bytes]) -> Callable[[bytes], None]:
     Header fields are not captured (the compiled readers' case)."""
     from otel_ebpf import _fast
     from otel_ebpf.conntrack.connection import MAX_PARSE_STEPS, FrameStart, compiled_data
-    from otel_ebpf.protocols.base import ParseResult
+    from otel_ebpf.protocols.base import Frame, ParseResult
     from otel_ebpf.protocols.http2 import parse as h2parse
     from otel_ebpf.protocols.http2 import spans as h2spans
     from otel_ebpf.protocols.http2 import stitch as h2stitch
@@ -178,7 +178,8 @@ def _http2_differential(pieces: list[bytes]) -> Callable[[bytes], None]:
         h2stitch.COMPILED = h2spans.COMPILED = fast
         if stepped:  # which parsers' syscalls the compiled data step takes (ConnTable's)
             _fast.conn.stream_parsers((HTTP2Parser,) if fast else (), ParseResult.FRAME,
-                                      ParseResult.NEED_MORE, FrameStart, MAX_PARSE_STEPS)
+                                      ParseResult.NEED_MORE, FrameStart, MAX_PARSE_STEPS,
+                                      Frame)
         driver = ConnectionDriver(parser, conn_info(role), midstream=midstream)
         for direction, captured, gap, tick in script:
             driver.feed(direction, captured, gap)

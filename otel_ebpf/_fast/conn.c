@@ -138,15 +138,48 @@ static PyObject *stepped_types, *frame_result, *need_result, *frame_start_type, 
 	*s_parse, *s_release, *s__parse, *s__finish_pending, *s_direction, *s_stream_pos,
 	*s_start_ns, *s_end_ns, *s_tid, *s_task, *s_tcp_seq, *s_size, *mask32;
 static Py_ssize_t max_steps = 1; /* connection.MAX_PARSE_STEPS */
+/* the timing fields of protocols.base.Frame, set by slot on a frame whose class has them
+ * as Frame's own slots (checked once per class); any other frame by attribute */
+enum { FR_DIRECTION, FR_STREAM_POS, FR_START_NS, FR_TCP_SEQ, FR_TID, FR_TASK, FR_END_NS,
+       FR_SIZE, FR_N };
+static struct slot frame_slots[FR_N] = {{"direction"}, {"stream_pos"}, {"start_ns"},
+					{"tcp_seq"},   {"tid"},	       {"task"},
+					{"end_ns"},    {"size"}};
+static PyTypeObject *frame_base;
+static PyObject *frame_descrs[FR_N];
+#define FRAME_CLASSES 8
+static PyTypeObject *frame_classes[FRAME_CLASSES]; /* checked: Frame's slots are theirs */
+
+static int by_slot(PyObject *frame)
+{
+	PyTypeObject *t = Py_TYPE(frame);
+	if (!frame_base)
+		return 0;
+	for (int i = 0; i < FRAME_CLASSES && frame_classes[i]; i++)
+		if (frame_classes[i] == t)
+			return 1;
+	if (!PyType_IsSubtype(t, frame_base))
+		return 0;
+	for (int i = 0; i < FR_N; i++)
+		if (_PyType_Lookup(t, PyDescr_NAME(frame_descrs[i])) != frame_descrs[i])
+			return 0;
+	for (int i = 0; i < FRAME_CLASSES; i++)
+		if (!frame_classes[i]) {
+			Py_INCREF(t);
+			frame_classes[i] = t;
+			break;
+		}
+	return 1;
+}
 /* frames one syscall may end here; more go on in _parse (a burst of answers in one write) */
 #define STEP_FRAMES 16
 
 static PyObject *stream_parsers(PyObject *self, PyObject *args)
 {
-	PyObject *types, *frame, *need, *start_type;
+	PyObject *types, *frame, *need, *start_type, *base;
 	Py_ssize_t steps;
-	if (!PyArg_ParseTuple(args, "O!OOO!n", &PyTuple_Type, &types, &frame, &need,
-			      &PyType_Type, &start_type, &steps))
+	if (!PyArg_ParseTuple(args, "O!OOO!nO!", &PyTuple_Type, &types, &frame, &need,
+			      &PyType_Type, &start_type, &steps, &PyType_Type, &base))
 		return NULL;
 	if (!conn_type) {
 		PyErr_SetString(PyExc_RuntimeError, "stream_parsers: setup() was not called");
@@ -175,6 +208,28 @@ static PyObject *stream_parsers(PyObject *self, PyObject *args)
 	for (int i = 0; i < 4; i++) {
 		Py_INCREF(values[i]);
 		Py_XSETREF(*keep[i], values[i]);
+	}
+	if (!frame_base) {
+		if (slots_of(base, frame_slots, FR_N))
+			return NULL;
+		for (int i = 0; i < FR_N; i++) {
+			PyObject *name = PyUnicode_InternFromString(frame_slots[i].name);
+			if (!name)
+				return NULL;
+			PyObject *d = _PyType_Lookup((PyTypeObject *)base, name);
+			Py_DECREF(name);
+			if (!d) {
+				PyErr_SetString(PyExc_TypeError, "stream_parsers: Frame's slots");
+				return NULL;
+			}
+			Py_INCREF(d);
+			frame_descrs[i] = d;
+		}
+		Py_INCREF(base);
+		frame_base = (PyTypeObject *)base;
+	} else if (base != (PyObject *)frame_base) {
+		PyErr_SetString(PyExc_TypeError, "stream_parsers: another Frame class");
+		return NULL;
 	}
 	max_steps = steps;
 	Py_RETURN_NONE;
@@ -248,6 +303,12 @@ static int stamp(PyObject *frame, PyObject *direction, PyObject *start)
 		PyErr_SetString(PyExc_TypeError, "stream_step: a frame start of 5 fields");
 		return -1;
 	}
+	if (by_slot(frame)) {
+		slot_set(frame, &frame_slots[FR_DIRECTION], direction);
+		for (int i = 0; i < 5; i++) /* pos, ns, tcp_seq, tid, task: FrameStart's order */
+			slot_set(frame, &frame_slots[FR_STREAM_POS + i], PyTuple_GET_ITEM(start, i));
+		return 0;
+	}
 	return PyObject_SetAttr(frame, s_direction, direction) < 0 ||
 			       PyObject_SetAttr(frame, s_stream_pos, PyTuple_GET_ITEM(start, 0)) < 0 ||
 			       PyObject_SetAttr(frame, s_start_ns, PyTuple_GET_ITEM(start, 1)) < 0 ||
@@ -263,6 +324,26 @@ static int stamp(PyObject *frame, PyObject *direction, PyObject *start)
 static int end_frame(PyObject *frame, PyObject *end, PyObject *end_ns, PyObject *frames,
 		     PyObject *out, PyObject *info)
 {
+	if (by_slot(frame) && slot_get(frame, &frame_slots[FR_START_NS]) &&
+	    slot_get(frame, &frame_slots[FR_SIZE]) && slot_get(frame, &frame_slots[FR_STREAM_POS])) {
+		PyObject *first = slot_get(frame, &frame_slots[FR_START_NS]);
+		int later = PyObject_RichCompareBool(first, end_ns, Py_GT);
+		if (later < 0)
+			return -1;
+		slot_set(frame, &frame_slots[FR_END_NS], later ? first : end_ns);
+		int truth = PyObject_IsTrue(slot_get(frame, &frame_slots[FR_SIZE]));
+		if (truth < 0)
+			return -1;
+		if (!truth) { /* frame.size or end - frame.stream_pos */
+			PyObject *length = PyNumber_Subtract(
+				end, slot_get(frame, &frame_slots[FR_STREAM_POS]));
+			if (!length)
+				return -1;
+			slot_set(frame, &frame_slots[FR_SIZE], length);
+			Py_DECREF(length);
+		}
+		return finish_frame(frames, out, info, frame);
+	}
 	PyObject *first = PyObject_GetAttr(frame, s_start_ns);
 	if (!first)
 		return -1;

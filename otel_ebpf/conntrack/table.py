@@ -93,7 +93,8 @@ class ConnTable:
             stepped = dict.fromkeys(type(p) for p in registry.parsers
                                     if getattr(p, "compiled_stream_step", False))
             _fast.conn.stream_parsers(tuple(stepped) if STREAM_STEP else (), ParseResult.FRAME,
-                                      ParseResult.NEED_MORE, FrameStart, MAX_PARSE_STEPS)
+                                      ParseResult.NEED_MORE, FrameStart, MAX_PARSE_STEPS,
+                                      Frame)
 
     def __len__(self) -> int:
         return len(self.conns)
