@@ -31,6 +31,8 @@ setup(
                   depends=["otel_ebpf/_fast/slots.h"], extra_compile_args=FAST_FLAGS),
         Extension("otel_ebpf._fast.correlate", ["otel_ebpf/_fast/correlate.c"],
                   depends=["otel_ebpf/_fast/slots.h"], extra_compile_args=FAST_FLAGS),
+        Extension("otel_ebpf._fast.h2span", ["otel_ebpf/_fast/h2span.c"],
+                  depends=["otel_ebpf/_fast/slots.h"], extra_compile_args=FAST_FLAGS),
         Extension("otel_ebpf._fast.table", ["otel_ebpf/_fast/table.c"],
                   extra_compile_args=FAST_FLAGS),
     ],

@@ -12,7 +12,9 @@ built extensions in place, `otel_ebpf/protocols` linking to `../protocols`), int
 with this one, the order alternating, so a busy machine weighs on both alike. --repeat
 replays the recording that many times (a fresh connection each). Times are CPU time of
 this process; medians [min–max] over rounds, µs per gRPC call (2 spans) and per SSE
-event (a stream of 35 events gives 2 spans).
+event (a stream of 35 events gives 2 spans). The garbage collector runs at Python's
+defaults unless --agent-gc sets it as the running agent does (a full collection of the
+replay's objects otherwise falls into whichever stage allocates when it is due).
 """
 
 from __future__ import annotations
@@ -205,7 +207,8 @@ def against(args) -> None:
     for i in range(args.rounds):
         for side in (("before", "after") if i % 2 == 0 else ("after", "before")):
             out = subprocess.run([sys.executable, __file__, "--root", roots[side], "--rounds", "1",
-                                  "--repeat", str(args.repeat), "--json"],
+                                  "--repeat", str(args.repeat), "--json",
+                                  *(["--agent-gc"] if args.agent_gc else [])],
                                  check=True, capture_output=True, text=True).stdout
             for w, r in json.loads(out).items():
                 runs[w][side].append(r[0])
@@ -213,7 +216,7 @@ def against(args) -> None:
              f"({time.strftime('%Y-%m-%d')}, recorded traffic seen at both ends, median "
              f"[min–max] of {args.rounds} interleaved rounds, µs)", "",
              f"`.venv/bin/python bench/stream_pipeline.py --against DIR --rounds {args.rounds} "
-             f"--repeat {args.repeat}`", "",
+             f"--repeat {args.repeat}{' --agent-gc' if args.agent_gc else ''}`", "",
              "| workload | stage | before | after | after / before |", "|---|---|---:|---:|---:|"]
     for w in WORKLOADS:
         unit = "per call (2 spans)" if w == "grpc" else "per event"
@@ -242,6 +245,10 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--golden", action="store_true", help="print golden() as JSON")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--agent-gc", action="store_true",
+                    help="after the warm-up round, the garbage collector as the agent sets it "
+                         "once started (otel_ebpf/agent.py _tune_gc: the heap so far frozen, "
+                         "GC_THRESHOLDS); without it, Python's defaults")
     args = ap.parse_args()
     if not (1 <= args.rounds <= 100 and 1 <= args.repeat <= 1000):
         ap.error("--rounds 1..100, --repeat 1..1000")
@@ -257,6 +264,10 @@ def main() -> None:
     workloads = args.workload or tuple(WORKLOADS)
     for w in workloads:  # imports, first-call compiles and caches: not what a call costs
         one_round(w, 1)
+    if args.agent_gc:  # the checkout's own agent settings (either side of --against)
+        from otel_ebpf import agent
+
+        agent._tune_gc()
     results = {w: [one_round(w, args.repeat, profile) for _ in range(args.rounds)]
                for w in workloads}
     if args.json:

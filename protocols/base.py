@@ -359,17 +359,20 @@ def typed_options(cls: type, options: Mapping[str, Any] | None) -> dict[str, Any
     return resolve_options(cls.name, schema, options)
 
 
-def positional_maker(cls: type, names: tuple[str, ...]) -> Callable[..., Any]:
-    """A function that builds a `cls` (a slots dataclass, frozen or not, without
-    __post_init__) from the fields `names`, given in that order, every other field at its
-    default: what `cls(name=value, ...)` builds, about 4x faster. Calling a class with
-    keywords goes through its __init__ slot with a tuple and a dict made for the call;
-    this is a plain call (in C where the agent's extensions are built,
-    otel_ebpf/_fast/maker.c, else a generated Python function, python_maker), and the
-    fields are set as __init__ sets them, positional arguments only."""
+def positional_maker(cls: type, names: tuple[str, ...],
+                     post_init_sets: tuple[str, ...] = ()) -> Callable[..., Any]:
+    """A function that builds a `cls` (a slots dataclass, frozen or not) from the fields
+    `names`, given in that order, every other field at its default: what
+    `cls(name=value, ...)` builds, about 4x faster. Calling a class with keywords goes
+    through its __init__ slot with a tuple and a dict made for the call; this is a plain
+    call (in C where the agent's extensions are built, otel_ebpf/_fast/maker.c, else a
+    generated Python function, python_maker), and the fields are set as __init__ sets
+    them, positional arguments only. The maker never calls __post_init__: a class with one
+    is taken only when `post_init_sets` names every field it sets, each of them among
+    `names` (the caller passes what __post_init__ would have made of the others)."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    missing = [n for n in names if n not in fields]
-    if missing or getattr(cls, "__post_init__", None) is not None:
+    missing = [n for n in (*names, *post_init_sets) if n not in names or n not in fields]
+    if missing or (getattr(cls, "__post_init__", None) is not None and not post_init_sets):
         raise TypeError(f"positional_maker({cls.__name__}): {missing or 'not plain'}")
     # one (name, source, what) per field, in field order: an argument's position, a
     # default (1) or a default factory (2)

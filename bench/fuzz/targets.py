@@ -152,6 +152,72 @@ def _http1_differential(pieces: list[bytes]) -> Callable[[bytes], None]:
     return one
 
 
+def _http2_differential(pieces: list[bytes]) -> Callable[[bytes], None]:
+    """HTTP/2's compiled steps against their Python references: one script of syscalls fed
+    to two connections, one through the compiled frame loop and header block readers
+    (otel_ebpf/_fast/h2.c), the connection's syscall step (conn.c stream_step), pairing and
+    the gRPC span (h2span.c), the other through parse.py, Connection.on_data, stitch.py and
+    spans.py; a difference in their records, spans or counts is a crash (AssertionError).
+    Header fields are not captured (the compiled readers' case)."""
+    from otel_ebpf import _fast
+    from otel_ebpf.conntrack.connection import MAX_PARSE_STEPS, FrameStart, compiled_data
+    from otel_ebpf.protocols.base import Frame, ParseResult
+    from otel_ebpf.protocols.http2 import parse as h2parse
+    from otel_ebpf.protocols.http2 import spans as h2spans
+    from otel_ebpf.protocols.http2 import stitch as h2stitch
+
+    from tests.protocols.http2.test_http2_compiled import _plain
+
+    options = {"capture_headers": False, "max_streams": 4}
+    stepped = compiled_data() is not None  # the compiled data step set up (None: pure Python)
+    compiled = HTTP2Parser(options)
+    h2parse.COMPILED = False
+    reference = HTTP2Parser(options)  # its frame loop the Python one
+    h2parse.COMPILED = True
+
+    def run(parser: HTTP2Parser, fast: bool, role: Role, midstream: bool, script: list,
+            close: bool) -> tuple[ConnectionDriver, list]:
+        h2stitch.COMPILED = h2spans.COMPILED = fast
+        if stepped:  # which parsers' syscalls the compiled data step takes (ConnTable's)
+            _fast.conn.stream_parsers((HTTP2Parser,) if fast else (), ParseResult.FRAME,
+                                      ParseResult.NEED_MORE, FrameStart, MAX_PARSE_STEPS,
+                                      Frame)
+        driver = ConnectionDriver(parser, conn_info(role), midstream=midstream)
+        for direction, captured, gap, tick in script:
+            driver.feed(direction, captured, gap)
+            if tick:
+                driver.tick(driver.now + 60 * 10**9)
+        if close:
+            driver.close()
+        return driver, driver.spans()
+
+    def one(data: bytes, totals: Totals) -> None:
+        fdp = atheris.FuzzedDataProvider(data)
+        role = (Role.CLIENT, Role.SERVER)[fdp.ConsumeIntInRange(0, 1)]
+        midstream = fdp.ConsumeBool()
+        script = []
+        for _ in range(fdp.ConsumeIntInRange(0, MAX_STEPS)):
+            if fdp.remaining_bytes() == 0:
+                break
+            direction = (Direction.EGRESS, Direction.INGRESS)[fdp.ConsumeIntInRange(0, 1)]
+            captured = fuzz_chunk(fdp, pieces)
+            gap = GAPS[fdp.ConsumeIntInRange(0, len(GAPS) - 1)] if fdp.ConsumeProbability() < 0.1 else 0
+            script.append((direction, captured, gap, fdp.ConsumeProbability() < 0.05))
+        close = fdp.ConsumeBool()
+        fast, fast_spans = run(compiled, True, role, midstream, script, close)
+        slow, slow_spans = run(reference, False, role, midstream, script, close)
+        h2stitch.COMPILED = h2spans.COMPILED = True
+        assert [_plain(r) for r in fast.records] == [_plain(r) for r in slow.records]
+        assert fast_spans == slow_spans
+        assert [list(s.attributes.items()) for s in fast_spans] == \
+            [list(s.attributes.items()) for s in slow_spans]
+        assert fast.stats.totals() == slow.stats.totals()
+        assert compiled.counters(fast.state) == reference.counters(slow.state)
+        totals.add(fast, len(fast_spans))
+
+    return one
+
+
 def _llm_openai(pieces: list[bytes]) -> Callable[[bytes], None]:
     """The compiled OpenAI chunk reader (otel_ebpf/_fast/sse.c openai_events, content
     capture off) against the Python one: each input's records made into spans twice, with
@@ -343,6 +409,7 @@ def _parsers() -> dict[str, Callable]:
         **{name: _registered(target) for name, target in FUZZ_TARGETS.items()},
         "http1_fast": _http1_differential(FRAGMENTS + [b for ex in EXCHANGES for b in ex]),
         "http2": _stream(lambda: (http2, ()), http2_fragments()),
+        "http2_fast": _http2_differential(http2_fragments()),
         # layers read bodies inside HTTP/1 messages: fuzz them through the real HTTP parser
         "llm": _stream(lambda: (HTTP1Parser(), (LLMLayer({"capture_content": True}),)),
                        _http_pieces(llm_paths, json_bits)),

@@ -11,7 +11,8 @@ events (protocols/llm/stream.py) and reads OpenAI chat chunks into the response'
 (protocols/base.py positional_maker), `h2` splits HTTP/2 bytes into frames
 (protocols/http2/parse.py), `correlate` takes the correlator's usual frames and spans
 (otel_ebpf/correlate/joiner.py), `table` the connection table's loop over the usual data
-events (otel_ebpf/conntrack/table.py). All are built by
+events (otel_ebpf/conntrack/table.py), `h2span` pairs HTTP/2 streams and writes a gRPC
+call's span (protocols/http2/stitch.py pair, spans.py to_spans). All are built by
 `pip install -e .` (setup.py); when they are missing (no compiler) or
 OTEL_EBPF_PURE_PYTHON=1 is set, every caller takes the Python path, which produces the
 same events, frames and spans (the differential tests check it on the same input).
@@ -44,3 +45,4 @@ maker = _load("maker")
 h2 = _load("h2")
 correlate = _load("correlate")
 table = _load("table")
+h2span = _load("h2span")

@@ -119,22 +119,75 @@ static int finish_frame(PyObject *frames, PyObject *out, PyObject *info, PyObjec
 }
 
 /* ---- the step of a stream parser with no `whole` (HTTP/2) ----------------------------
- * Connection._whole for a syscall at the head of an empty stream, not inside a message
- * (data() checked both): the parser's answer to the payload; a FRAME of exactly these
- * bytes is stamped and finished here, any other answer goes on in Connection._parse and
- * _finish_pending, as _whole does. Only for parsers of the exact types given to
- * stream_parsers() (HTTP2Parser, when its frame loop is compiled). */
-static PyObject *stepped_types, *frame_result, *s_parser, *s_parse, *s_release, *s__parse,
-	*s__finish_pending, *s_direction, *s_stream_pos, *s_start_ns, *s_end_ns, *s_tid,
-	*s_task, *s_tcp_seq, *s_size, *mask32;
+ * Connection._whole, _parse and _finish_pending for a syscall at the head of an empty
+ * stream (data() checked it), all its bytes captured: the parser is asked as _parse asks
+ * it, first the whole payload, then what its answers left, and each answer is taken as
+ * _parse takes it while it is the usual one (a FRAME, or NEED_MORE having consumed bytes,
+ * within the syscall's bytes): a FRAME is stamped with where its first byte was (the
+ * frame start a NEED_MORE of this or an earlier syscall left, else its own first byte),
+ * a NEED_MORE leaves that frame start, and once every byte is consumed the frames end on
+ * the syscall's last byte, as _finish_pending ends them. The usual gRPC syscalls are all
+ * of this: a request with its DATA and WINDOW_UPDATEs (one FRAME), an answer's headers,
+ * DATA and trailers (a FRAME) with the connection's WINDOW_UPDATE or PING after it (a
+ * NEED_MORE that leads the next answer). Any other answer (INVALID, nothing consumed, a
+ * skip past the syscall, a FRAME without a frame) goes on in Connection._parse and
+ * _finish_pending from that answer, with the stream, the frames done so far and the
+ * frame start as _parse would have left them. Only for parsers of the exact types given
+ * to stream_parsers() (HTTP2Parser, when its frame loop is compiled). */
+static PyObject *stepped_types, *frame_result, *need_result, *frame_start_type, *s_parser,
+	*s_parse, *s_release, *s__parse, *s__finish_pending, *s_direction, *s_stream_pos,
+	*s_start_ns, *s_end_ns, *s_tid, *s_task, *s_tcp_seq, *s_size, *mask32;
+static Py_ssize_t max_steps = 1; /* connection.MAX_PARSE_STEPS */
+/* the timing fields of protocols.base.Frame, set by slot on a frame whose class has them
+ * as Frame's own slots (checked once per class); any other frame by attribute */
+enum { FR_DIRECTION, FR_STREAM_POS, FR_START_NS, FR_TCP_SEQ, FR_TID, FR_TASK, FR_END_NS,
+       FR_SIZE, FR_N };
+static struct slot frame_slots[FR_N] = {{"direction"}, {"stream_pos"}, {"start_ns"},
+					{"tcp_seq"},   {"tid"},	       {"task"},
+					{"end_ns"},    {"size"}};
+static PyTypeObject *frame_base;
+static PyObject *frame_descrs[FR_N];
+#define FRAME_CLASSES 8
+static PyTypeObject *frame_classes[FRAME_CLASSES]; /* checked: Frame's slots are theirs */
+
+static int by_slot(PyObject *frame)
+{
+	PyTypeObject *t = Py_TYPE(frame);
+	if (!frame_base)
+		return 0;
+	for (int i = 0; i < FRAME_CLASSES && frame_classes[i]; i++)
+		if (frame_classes[i] == t)
+			return 1;
+	if (!PyType_IsSubtype(t, frame_base))
+		return 0;
+	for (int i = 0; i < FR_N; i++)
+		if (_PyType_Lookup(t, PyDescr_NAME(frame_descrs[i])) != frame_descrs[i])
+			return 0;
+	for (int i = 0; i < FRAME_CLASSES; i++)
+		if (!frame_classes[i]) {
+			Py_INCREF(t);
+			frame_classes[i] = t;
+			break;
+		}
+	return 1;
+}
+/* frames one syscall may end here; more go on in _parse (a burst of answers in one write) */
+#define STEP_FRAMES 16
 
 static PyObject *stream_parsers(PyObject *self, PyObject *args)
 {
-	PyObject *types, *frame;
-	if (!PyArg_ParseTuple(args, "O!O", &PyTuple_Type, &types, &frame))
+	PyObject *types, *frame, *need, *start_type, *base;
+	Py_ssize_t steps;
+	if (!PyArg_ParseTuple(args, "O!OOO!nO!", &PyTuple_Type, &types, &frame, &need,
+			      &PyType_Type, &start_type, &steps, &PyType_Type, &base))
 		return NULL;
 	if (!conn_type) {
 		PyErr_SetString(PyExc_RuntimeError, "stream_parsers: setup() was not called");
+		return NULL;
+	}
+	if (!PyType_IsSubtype((PyTypeObject *)start_type, &PyTuple_Type) || steps < 1) {
+		PyErr_SetString(PyExc_TypeError,
+				"stream_parsers: FrameStart must be a named tuple, steps >= 1");
 		return NULL;
 	}
 	if (!s_parser) {
@@ -150,10 +203,35 @@ static PyObject *stream_parsers(PyObject *self, PyObject *args)
 		if (!(mask32 = PyLong_FromUnsignedLong(0xFFFFFFFFUL)))
 			return NULL;
 	}
-	Py_INCREF(types);
-	Py_XSETREF(stepped_types, types);
-	Py_INCREF(frame);
-	Py_XSETREF(frame_result, frame);
+	PyObject **keep[] = {&stepped_types, &frame_result, &need_result, &frame_start_type};
+	PyObject *values[] = {types, frame, need, start_type};
+	for (int i = 0; i < 4; i++) {
+		Py_INCREF(values[i]);
+		Py_XSETREF(*keep[i], values[i]);
+	}
+	if (!frame_base) {
+		if (slots_of(base, frame_slots, FR_N))
+			return NULL;
+		for (int i = 0; i < FR_N; i++) {
+			PyObject *name = PyUnicode_InternFromString(frame_slots[i].name);
+			if (!name)
+				return NULL;
+			PyObject *d = _PyType_Lookup((PyTypeObject *)base, name);
+			Py_DECREF(name);
+			if (!d) {
+				PyErr_SetString(PyExc_TypeError, "stream_parsers: Frame's slots");
+				return NULL;
+			}
+			Py_INCREF(d);
+			frame_descrs[i] = d;
+		}
+		Py_INCREF(base);
+		frame_base = (PyTypeObject *)base;
+	} else if (base != (PyObject *)frame_base) {
+		PyErr_SetString(PyExc_TypeError, "stream_parsers: another Frame class");
+		return NULL;
+	}
+	max_steps = steps;
 	Py_RETURN_NONE;
 }
 
@@ -171,13 +249,169 @@ static int stepped_here(PyObject *conn)
 	return 0;
 }
 
+/* a + b, a new reference */
+static PyObject *plus(PyObject *a, Py_ssize_t b)
+{
+	PyObject *x = PyLong_FromSsize_t(b);
+	if (!x)
+		return NULL;
+	PyObject *r = PyNumber_Add(a, x);
+	Py_DECREF(x);
+	return r;
+}
+
+/* Stream._start_at(head) with the syscall's chunk the only one held: the FrameStart of
+ * the byte `off` bytes into it (time_of_first's sequence number: the chunk's, plus off) */
+static PyObject *start_at(PyObject *const *fields, Py_ssize_t off)
+{
+	PyObject *at = plus(fields[0], off);
+	if (!at)
+		return NULL;
+	PyObject *seq = Py_None;
+	if (fields[5] != Py_None) {
+		PyObject *sum = plus(fields[5], off);
+		seq = sum ? PyNumber_And(sum, mask32) : NULL;
+		Py_XDECREF(sum);
+		if (!seq) {
+			Py_DECREF(at);
+			return NULL;
+		}
+	} else
+		Py_INCREF(seq);
+	PyObject *t = ((PyTypeObject *)frame_start_type)
+			      ->tp_alloc((PyTypeObject *)frame_start_type, 5);
+	if (!t) {
+		Py_DECREF(at);
+		Py_DECREF(seq);
+		return NULL;
+	}
+	PyTuple_SET_ITEM(t, 0, at);
+	Py_INCREF(fields[3]);
+	PyTuple_SET_ITEM(t, 1, fields[3]);
+	PyTuple_SET_ITEM(t, 2, seq);
+	Py_INCREF(fields[6]);
+	PyTuple_SET_ITEM(t, 3, fields[6]);
+	Py_INCREF(fields[7]);
+	PyTuple_SET_ITEM(t, 4, fields[7]);
+	return t;
+}
+
+/* _stamp_start's: the frame begins where `start` (a FrameStart) says; 0 or -1 */
+static int stamp(PyObject *frame, PyObject *direction, PyObject *start)
+{
+	if (!PyTuple_Check(start) || PyTuple_GET_SIZE(start) != 5) {
+		PyErr_SetString(PyExc_TypeError, "stream_step: a frame start of 5 fields");
+		return -1;
+	}
+	if (by_slot(frame)) {
+		slot_set(frame, &frame_slots[FR_DIRECTION], direction);
+		for (int i = 0; i < 5; i++) /* pos, ns, tcp_seq, tid, task: FrameStart's order */
+			slot_set(frame, &frame_slots[FR_STREAM_POS + i], PyTuple_GET_ITEM(start, i));
+		return 0;
+	}
+	return PyObject_SetAttr(frame, s_direction, direction) < 0 ||
+			       PyObject_SetAttr(frame, s_stream_pos, PyTuple_GET_ITEM(start, 0)) < 0 ||
+			       PyObject_SetAttr(frame, s_start_ns, PyTuple_GET_ITEM(start, 1)) < 0 ||
+			       PyObject_SetAttr(frame, s_tcp_seq, PyTuple_GET_ITEM(start, 2)) < 0 ||
+			       PyObject_SetAttr(frame, s_tid, PyTuple_GET_ITEM(start, 3)) < 0 ||
+			       PyObject_SetAttr(frame, s_task, PyTuple_GET_ITEM(start, 4)) < 0 ?
+		       -1 :
+		       0;
+}
+
+/* _finish_pending's for a frame whose last byte, `end`, came with the syscall ending at
+ * end_ns: its end and size, then into the state's frames; 0 or -1 */
+static int end_frame(PyObject *frame, PyObject *end, PyObject *end_ns, PyObject *frames,
+		     PyObject *out, PyObject *info)
+{
+	if (by_slot(frame) && slot_get(frame, &frame_slots[FR_START_NS]) &&
+	    slot_get(frame, &frame_slots[FR_SIZE]) && slot_get(frame, &frame_slots[FR_STREAM_POS])) {
+		PyObject *first = slot_get(frame, &frame_slots[FR_START_NS]);
+		int later = PyObject_RichCompareBool(first, end_ns, Py_GT);
+		if (later < 0)
+			return -1;
+		slot_set(frame, &frame_slots[FR_END_NS], later ? first : end_ns);
+		int truth = PyObject_IsTrue(slot_get(frame, &frame_slots[FR_SIZE]));
+		if (truth < 0)
+			return -1;
+		if (!truth) { /* frame.size or end - frame.stream_pos */
+			PyObject *length = PyNumber_Subtract(
+				end, slot_get(frame, &frame_slots[FR_STREAM_POS]));
+			if (!length)
+				return -1;
+			slot_set(frame, &frame_slots[FR_SIZE], length);
+			Py_DECREF(length);
+		}
+		return finish_frame(frames, out, info, frame);
+	}
+	PyObject *first = PyObject_GetAttr(frame, s_start_ns);
+	if (!first)
+		return -1;
+	int later = PyObject_RichCompareBool(first, end_ns, Py_GT);
+	int bad = later < 0 || PyObject_SetAttr(frame, s_end_ns, later ? first : end_ns) < 0;
+	Py_DECREF(first);
+	if (bad)
+		return -1;
+	PyObject *size = PyObject_GetAttr(frame, s_size);
+	int truth = size ? PyObject_IsTrue(size) : -1;
+	Py_XDECREF(size);
+	if (truth < 0)
+		return -1;
+	if (!truth) { /* frame.size or end - frame.stream_pos */
+		PyObject *from = PyObject_GetAttr(frame, s_stream_pos);
+		PyObject *length = from ? PyNumber_Subtract(end, from) : NULL;
+		Py_XDECREF(from);
+		bad = !length || PyObject_SetAttr(frame, s_size, length) < 0;
+		Py_XDECREF(length);
+		if (bad)
+			return -1;
+	}
+	return finish_frame(frames, out, info, frame);
+}
+
+/* the parser's answer to the syscall's bytes from `off` on, as _parse asks for them (the
+ * stream's head there: time_at reads it) */
+static PyObject *ask(PyObject *parse, PyObject *stream, PyObject *direction, PyObject *state,
+		     PyObject *const *fields, Py_ssize_t off, Py_ssize_t n)
+{
+	PyObject *view;
+	if (off) {
+		PyObject *head = plus(fields[0], off);
+		if (!head)
+			return NULL;
+		slot_set(stream, &stream_slots[S_HEAD], head);
+		Py_DECREF(head);
+		view = PyMemoryView_FromMemory(PyBytes_AS_STRING(fields[2]) + off, n - off,
+					       PyBUF_READ);
+	} else
+		view = PyMemoryView_FromObject(fields[2]);
+	if (!view)
+		return NULL;
+	PyObject *call[3] = {direction, view, state};
+	PyObject *step = PyObject_Vectorcall(parse, call, 3, NULL);
+	PyObject *released = PyObject_CallMethodNoArgs(view, s_release);
+	Py_DECREF(view);
+	if (!released) {
+		Py_XDECREF(step);
+		return NULL;
+	}
+	Py_DECREF(released);
+	return step;
+}
+
 /* fields: the Chunk's (pos, end, payload, start_ns, end_ns, tcp_seq, tid, task); 0 or -1 */
 static int stream_step(PyObject *conn, PyObject *stream, PyObject *state, PyObject *info,
-		       PyObject *frames, PyObject *out, PyObject *direction, Py_ssize_t n,
+		       PyObject *frames, PyObject *out, PyObject *direction, long d, Py_ssize_t n,
 		       PyObject *const *fields, PyObject *stats)
 {
-	PyObject *pos = fields[0], *end = fields[1], *payload = fields[2], *start_ns = fields[3],
-		 *end_ns = fields[4], *seq = fields[5];
+	PyObject *end = fields[1], *end_ns = fields[4];
+	PyObject *starts = slot_get(conn, &conn_slots[C_FRAME_START]);
+	PyObject *pending = item_of(slot_get(conn, &conn_slots[C_PENDING]), d);
+	if (!starts || !PyList_CheckExact(starts) || PyList_GET_SIZE(starts) != 2 || !pending ||
+	    !PyList_Check(pending)) {
+		PyErr_SetString(PyExc_TypeError, "stream_step: frame_start and pending lists");
+		return -1;
+	}
 	if (note_end(stream, end, end_ns) < 0)
 		return -1;
 	PyObject *times = slot_get(stream, &stream_slots[S_TIMES]);
@@ -195,85 +429,104 @@ static int stream_step(PyObject *conn, PyObject *stream, PyObject *state, PyObje
 	PyObject *parse = parser ? PyObject_GetAttr(parser, s_parse) : NULL;
 	if (!parse)
 		return -1;
-	PyObject *view = PyMemoryView_FromObject(payload);
-	if (!view) {
-		Py_DECREF(parse);
-		return -1;
-	}
-	PyObject *call[3] = {direction, view, state};
-	PyObject *step = PyObject_Vectorcall(parse, call, 3, NULL);
-	Py_DECREF(parse);
-	PyObject *released = PyObject_CallMethodNoArgs(view, s_release);
-	Py_DECREF(view);
-	if (!released) {
-		Py_XDECREF(step);
-		return -1;
-	}
-	Py_DECREF(released);
-	if (!step)
-		return -1;
-	int ret = -1;
-	if (!PyTuple_Check(step) || PyTuple_GET_SIZE(step) != 3) {
-		PyErr_SetString(PyExc_TypeError, "parse must return (result, frame, consumed)");
-		goto out;
-	}
-	PyObject *result = PyTuple_GET_ITEM(step, 0), *frame = PyTuple_GET_ITEM(step, 1),
-		 *consumed = PyTuple_GET_ITEM(step, 2);
-	Py_ssize_t c = PyLong_Check(consumed) ? PyLong_AsSsize_t(consumed) : -1;
-	if (c == -1 && PyErr_Occurred())
-		PyErr_Clear(); /* not this case: _parse judges it */
-	if (c == n && result == frame_result && frame != Py_None) {
-		/* stamped as _stamp_start and _finish_pending do: first and last byte its own */
-		PyObject *tcp_seq = seq == Py_None ? (Py_INCREF(Py_None), Py_None) :
-						     PyNumber_And(seq, mask32);
-		if (!tcp_seq)
+	PyObject *start = PyList_GET_ITEM(starts, d); /* the frame start held */
+	Py_INCREF(start);
+	PyObject *done[STEP_FRAMES]; /* frames ended, waiting for _finish_pending */
+	Py_ssize_t done_end[STEP_FRAMES];
+	int ndone = 0, ret = -1, finish = 1;
+	Py_ssize_t off = 0, asked = 1;
+	PyObject *step = ask(parse, stream, direction, state, fields, 0, n);
+	for (;;) {
+		if (!step)
 			goto out;
-		int bad = PyObject_SetAttr(frame, s_direction, direction) < 0 ||
-			  PyObject_SetAttr(frame, s_stream_pos, pos) < 0 ||
-			  PyObject_SetAttr(frame, s_start_ns, start_ns) < 0 ||
-			  PyObject_SetAttr(frame, s_tid, fields[6]) < 0 ||
-			  PyObject_SetAttr(frame, s_task, fields[7]) < 0 ||
-			  PyObject_SetAttr(frame, s_tcp_seq, tcp_seq) < 0;
-		Py_DECREF(tcp_seq);
-		if (bad)
-			goto out;
+		if (!PyTuple_Check(step) || PyTuple_GET_SIZE(step) != 3)
+			break; /* _parse says what is wrong with it */
+		PyObject *result = PyTuple_GET_ITEM(step, 0), *frame = PyTuple_GET_ITEM(step, 1),
+			 *consumed = PyTuple_GET_ITEM(step, 2);
+		Py_ssize_t c = PyLong_CheckExact(consumed) ? PyLong_AsSsize_t(consumed) : -1;
+		if (c == -1 && PyErr_Occurred())
+			PyErr_Clear(); /* not this case: _parse judges it */
+		if (c <= 0 || c > n - off)
+			break;
+		if (result == frame_result && frame != Py_None && ndone < STEP_FRAMES) {
+			/* _frame_done: stamped, then pending until its last byte's time */
+			if (start == Py_None) {
+				Py_DECREF(start);
+				if (!(start = start_at(fields, off)))
+					goto out;
+			}
+			if (stamp(frame, direction, start) < 0)
+				goto out;
+			Py_SETREF(start, Py_NewRef(Py_None));
+			done[ndone] = Py_NewRef(frame);
+			done_end[ndone++] = off + c;
+		} else if (result == need_result) {
+			if (start == Py_None) { /* the next frame begins here */
+				Py_DECREF(start);
+				if (!(start = start_at(fields, off)))
+					goto out;
+			}
+		} else
+			break;
+		off += c;
+		Py_CLEAR(step);
+		if (off == n)
+			break; /* _parse: nothing buffered, no hole ahead */
+		if (asked++ >= max_steps) {
+			finish = 0; /* _parse's loop ends; _finish_pending */
+			break;
+		}
+		step = ask(parse, stream, direction, state, fields, off, n);
+	}
+	if (off == n && !step) { /* every byte consumed: _finish_pending, the chunk pruned */
 		slot_set(stream, &stream_slots[S_HEAD], end);
+		for (int i = 0; i < ndone; i++) {
+			PyObject *last = plus(fields[0], done_end[i]);
+			int bad = !last || end_frame(done[i], last, end_ns, frames, out, info) < 0;
+			Py_XDECREF(last);
+			if (bad)
+				goto out;
+		}
 		if (PyList_SetSlice(times, 0, PyList_GET_SIZE(times), NULL) < 0)
 			goto out;
-		PyObject *first = PyObject_GetAttr(frame, s_start_ns);
-		if (!first)
-			goto out;
-		int later = PyObject_RichCompareBool(first, end_ns, Py_GT);
-		bad = later < 0 || PyObject_SetAttr(frame, s_end_ns, later ? first : end_ns) < 0;
-		Py_DECREF(first);
-		if (bad)
-			goto out;
-		PyObject *size = PyObject_GetAttr(frame, s_size);
-		int truth = size ? PyObject_IsTrue(size) : -1;
-		Py_XDECREF(size);
-		if (truth < 0 || (!truth && PyObject_SetAttr(frame, s_size, consumed) < 0))
-			goto out;
-		if (finish_frame(frames, out, info, frame) < 0)
-			goto out;
+		PyList_SetItem(starts, d, Py_NewRef(start));
 		ret = 0;
 		goto out;
 	}
-	/* the general loop goes on from the parser's answer */
+	/* the stream as _parse leaves it before this answer: head, buffer, pending, start */
+	PyObject *head = plus(fields[0], off);
+	if (!head)
+		goto out;
+	slot_set(stream, &stream_slots[S_HEAD], head);
+	Py_DECREF(head);
 	PyObject *buf = slot_get(stream, &stream_slots[S_BUF]);
 	if (!buf || !PyByteArray_Check(buf)) {
 		PyErr_SetString(PyExc_TypeError, "stream_step: buf must be a bytearray");
 		goto out;
 	}
-	if (PyByteArray_Resize(buf, PyByteArray_GET_SIZE(buf) + n) < 0)
+	Py_ssize_t had = PyByteArray_GET_SIZE(buf);
+	if (PyByteArray_Resize(buf, had + n - off) < 0)
 		goto out;
-	memcpy(PyByteArray_AS_STRING(buf) + PyByteArray_GET_SIZE(buf) - n,
-	       PyBytes_AS_STRING(payload), n);
-	PyObject *pargs[4] = {conn, direction, stats, step};
-	PyObject *v = PyObject_VectorcallMethod(s__parse, pargs,
-						4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-	if (!v)
-		goto out;
-	Py_DECREF(v);
+	memcpy(PyByteArray_AS_STRING(buf) + had, PyBytes_AS_STRING(fields[2]) + off, n - off);
+	for (int i = 0; i < ndone; i++) {
+		PyObject *last = plus(fields[0], done_end[i]);
+		PyObject *item = last ? PyTuple_Pack(2, done[i], last) : NULL;
+		Py_XDECREF(last);
+		int bad = !item || PyList_Append(pending, item) < 0;
+		Py_XDECREF(item);
+		if (bad)
+			goto out;
+	}
+	PyList_SetItem(starts, d, Py_NewRef(start));
+	PyObject *v;
+	if (finish && step) {
+		PyObject *pargs[4] = {conn, direction, stats, step};
+		v = PyObject_VectorcallMethod(s__parse, pargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+					      NULL);
+		if (!v)
+			goto out;
+		Py_DECREF(v);
+	}
 	PyObject *fargs[2] = {conn, direction};
 	v = PyObject_VectorcallMethod(s__finish_pending, fargs,
 				      2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
@@ -282,7 +535,11 @@ static int stream_step(PyObject *conn, PyObject *stream, PyObject *state, PyObje
 	Py_DECREF(v);
 	ret = 0;
 out:
-	Py_DECREF(step);
+	for (int i = 0; i < ndone; i++)
+		Py_DECREF(done[i]);
+	Py_XDECREF(step);
+	Py_DECREF(start);
+	Py_DECREF(parse);
 	return ret;
 }
 
@@ -419,7 +676,8 @@ static PyObject *data(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 	    !PyBool_Check(tcp) || !out || (out != Py_None && !PyList_Check(out)) || !frames ||
 	    !PyList_Check(frames))
 		Py_RETURN_FALSE;
-	if (frame_start != Py_None) /* inside a message: a body piece, or on_data's */
+	/* inside a message: a body piece, or on_data's (a stepped parser's step takes both) */
+	if (frame_start != Py_None && whole != Py_None)
 		return piece(conn, stream, state, direction, pos, msg_len, payload, start_ns,
 			     end_ns);
 
@@ -438,7 +696,7 @@ static PyObject *data(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 	PyObject *frame = NULL;
 	if (whole == Py_None) { /* a stream parser that registered (stream_parsers) */
 		PyObject *fields[8] = {pos, end, payload, start_ns, end_ns, seq, args[8], args[9]};
-		if (!stream_step(conn, stream, state, info, frames, out, direction, n, fields,
+		if (!stream_step(conn, stream, state, info, frames, out, direction, d, n, fields,
 				 args[12]))
 			result = Py_True;
 		goto done;

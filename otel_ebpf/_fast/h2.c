@@ -329,6 +329,322 @@ static PyObject *setup_blocks(PyObject *self, PyObject *args)
 	Py_RETURN_NONE;
 }
 
+/* ---- an answer's header block, as _response_block reads it ---------------------------
+ * set by setup_answers(): for a reused block whose reader already derived its fields
+ * (Block.derived: status, whether grpc-status came, grpc-status, grpc-message), on an open
+ * stream whose request wants no layer, on a connection that keeps no header fields: the
+ * answer's first (non-1xx) block or a later one (trailers), the answer made by the
+ * reader's own maker (_new_response) when it is the first, and the stream ended with
+ * END_STREAM, in _response_block's order. Every other block is _response_block's, before
+ * anything is changed for it. */
+static PyObject *new_response;
+static struct slot block_known = {"known"}, block_derived = {"derived"},
+		   state_capture = {"capture_headers"};
+enum { A_LAYER, A_FINAL, A_STATUS, A_CONTENT_TYPE, A_USER_AGENT, A_UNKNOWN_FIELDS, A_TRAILERS,
+       A_GRPC_STATUS, A_GRPC_MESSAGE, A_N };
+static struct slot answer_slots[A_N] = {
+	{"layer"}, {"final"}, {"status"}, {"content_type"}, {"user_agent"}, {"unknown_fields"},
+	{"trailers"}, {"grpc_status"}, {"grpc_message"}};
+static struct slot request_layer = {"layer"}, request_started = {"response_started"};
+static PyObject *k_content_type, *k_user_agent;
+
+static PyObject *new_request, *k_status;
+static struct slot state_last_request = {"last_request_id"}, state_max_streams = {"max_streams"};
+
+static PyObject *setup_answers(PyObject *self, PyObject *args)
+{
+	PyObject *make, *make_request;
+	if (!PyArg_ParseTuple(args, "OO", &make, &make_request))
+		return NULL;
+	if (!block_type || !resp_type) {
+		PyErr_SetString(PyExc_RuntimeError, "setup_answers: setup_blocks() first");
+		return NULL;
+	}
+	if (slots_of((PyObject *)block_type, &block_known, 1) ||
+	    slots_of((PyObject *)block_type, &block_derived, 1) ||
+	    slots_of((PyObject *)state_type, &state_capture, 1) ||
+	    slots_of((PyObject *)resp_type, answer_slots, A_N) ||
+	    slots_of((PyObject *)req_type, &request_layer, 1) ||
+	    slots_of((PyObject *)req_type, &request_started, 1) ||
+	    slots_of((PyObject *)state_type, &state_last_request, 1) ||
+	    slots_of((PyObject *)state_type, &state_max_streams, 1))
+		return NULL;
+	if (!k_content_type && (!(k_content_type = PyUnicode_InternFromString("content-type")) ||
+				!(k_user_agent = PyUnicode_InternFromString("user-agent")) ||
+				!(k_status = PyUnicode_InternFromString(":status"))))
+		return NULL;
+	Py_INCREF(make);
+	Py_XSETREF(new_response, make);
+	Py_INCREF(make_request);
+	Py_XSETREF(new_request, make_request);
+	Py_RETURN_NONE;
+}
+
+/* Messages(): what its __init__ sets (no counts yet, an empty prefix, exact), without a
+ * Python frame; a new reference */
+static PyObject *new_messages(void)
+{
+	PyObject *m = msgs_type->tp_alloc(msgs_type, 0);
+	if (!m)
+		return NULL;
+	PyObject *prefix = PyByteArray_FromStringAndSize(NULL, 0);
+	if (!prefix || set_ll(m, &msgs_slots[G_COUNT], 0) < 0 ||
+	    set_ll(m, &msgs_slots[G_SIZE], 0) < 0 || set_ll(m, &msgs_slots[G_BODY_LEFT], 0) < 0) {
+		Py_XDECREF(prefix);
+		Py_DECREF(m);
+		return NULL;
+	}
+	slot_set(m, &msgs_slots[G_PREFIX], prefix);
+	Py_DECREF(prefix);
+	slot_set(m, &msgs_slots[G_EXACT], Py_True);
+	return m;
+}
+
+/* self += more, for an int slot; 0 or -1 */
+static int add_to(PyObject *o, const struct slot *s, PyObject *more)
+{
+	PyObject *sum = PyNumber_Add(slot_get(o, s), more);
+	if (!sum)
+		return -1;
+	Py_XSETREF(*(PyObject **)((char *)o + s->offset), sum);
+	return 0;
+}
+
+/* _response_block's usual case: a new reference (None, or the answer it ends), *taken 1;
+ * NULL with *taken 0 (no error set): the block is _response_block's */
+static PyObject *answer_block(PyObject *state, PyObject *side, PyObject *block, int *taken)
+{
+	*taken = 0;
+	if (!new_response || slot_get(state, &state_capture) != Py_False)
+		return NULL;
+	PyObject *derived = slot_get(block, &block_derived);
+	PyObject *known = slot_get(block, &block_known);
+	PyObject *unknown = slot_get(block, &block_unknown);
+	PyObject *streams = slot_get(state, &state_slots[T_STREAMS]);
+	PyObject *id = slot_get(side, &side_slots[D_BLOCK_STREAM]);
+	long long flags;
+	if (!derived || !PyTuple_CheckExact(derived) || PyTuple_GET_SIZE(derived) != 4 ||
+	    !known || !PyDict_CheckExact(known) || !unknown || !PyLong_CheckExact(unknown) ||
+	    !streams || !PyDict_Check(streams) || !id || !PyLong_CheckExact(id) ||
+	    ll_of(slot_get(side, &side_slots[D_BLOCK_FLAGS]), &flags) < 0)
+		return NULL;
+	PyObject *stream = PyDict_GetItemWithError(streams, id);
+	if (!stream) {
+		if (PyErr_Occurred())
+			*taken = 1; /* the error is the call's */
+		return NULL;
+	}
+	if (!Py_IS_TYPE(stream, stream_type))
+		return NULL;
+	PyObject *request = slot_get(stream, &stream_request);
+	PyObject *response = slot_get(stream, &stream_response);
+	if (!request || !response || !Py_IS_TYPE(request, req_type))
+		return NULL;
+	PyObject *status = PyTuple_GET_ITEM(derived, 0);
+	PyObject *has_grpc = PyTuple_GET_ITEM(derived, 1);
+	int first = 1;
+	if (response == Py_None) {
+		if (slot_get(request, &request_layer) != Py_None)
+			return NULL; /* the answer's body is read for a layer */
+	} else {
+		if (!Py_IS_TYPE(response, resp_type))
+			return NULL;
+		for (int i = 0; i < A_N; i++)
+			if (!slot_get(response, &answer_slots[i]))
+				return NULL;
+		PyObject *final = slot_get(response, &answer_slots[A_FINAL]);
+		if (slot_get(response, &answer_slots[A_LAYER]) != Py_None || !PyBool_Check(final) ||
+		    !slot_get(response, &resp_slots[M_SIZE]))
+			return NULL;
+		first = final == Py_False;
+	}
+	if (!PyBool_Check(has_grpc) || (status != Py_None && !PyLong_CheckExact(status)))
+		return NULL;
+	if (first && status != Py_None) { /* a 1xx is an interim answer: the reference's */
+		long long code;
+		if (ll_of(status, &code) < 0)
+			return NULL;
+		if (code >= 100 && code < 200)
+			return NULL;
+	}
+	/* from here on, _response_block's steps */
+	*taken = 1;
+	Py_INCREF(stream);
+	PyObject *made = NULL, *result = NULL;
+	if (response == Py_None) {
+		PyObject *margs[7] = {id, id, slot_get(side, &side_slots[D_BLOCK_HEAD]),
+				      slot_get(side, &side_slots[D_EPOCH]), Py_None, Py_None, NULL};
+		for (int i = 2; i < 4; i++)
+			if (!margs[i]) {
+				PyErr_SetString(PyExc_AttributeError, "answer_block: side unset");
+				goto done;
+			}
+		if (!(margs[6] = new_messages()))
+			goto done;
+		made = PyObject_Vectorcall(new_response, margs, 7, NULL);
+		Py_DECREF(margs[6]);
+		if (!made)
+			goto done;
+		if (!Py_IS_TYPE(made, resp_type)) {
+			PyErr_SetString(PyExc_TypeError, "answer_block: the maker's answer");
+			goto done;
+		}
+		slot_set(stream, &stream_response, made);
+		slot_set(request, &request_started, Py_True);
+		response = made;
+	}
+	PyObject *wire = slot_get(side, &side_slots[D_BLOCK_WIRE]);
+	if (!wire) {
+		PyErr_SetString(PyExc_AttributeError, "answer_block: block_wire unset");
+		goto done;
+	}
+	if (add_to(response, &resp_slots[M_SIZE], wire) < 0)
+		goto done;
+	if (first) {
+		slot_set(response, &answer_slots[A_FINAL], Py_True);
+		slot_set(response, &answer_slots[A_STATUS], status);
+		PyObject *ct = PyDict_GetItemWithError(known, k_content_type);
+		if (!ct && PyErr_Occurred())
+			goto done;
+		slot_set(response, &answer_slots[A_CONTENT_TYPE], ct ? ct : Py_None);
+		PyObject *ua = PyDict_GetItemWithError(known, k_user_agent);
+		if (!ua && PyErr_Occurred())
+			goto done;
+		slot_set(response, &answer_slots[A_USER_AGENT], ua ? ua : Py_None);
+	} else {
+		slot_set(response, &answer_slots[A_TRAILERS], Py_True);
+	}
+	if (add_to(response, &answer_slots[A_UNKNOWN_FIELDS], unknown) < 0)
+		goto done;
+	if (has_grpc == Py_True) {
+		slot_set(response, &answer_slots[A_GRPC_STATUS], PyTuple_GET_ITEM(derived, 2));
+		slot_set(response, &answer_slots[A_GRPC_MESSAGE], PyTuple_GET_ITEM(derived, 3));
+	}
+	if (flags & END_STREAM) { /* _end: the stream is done */
+		slot_set(response, &resp_slots[M_ENDED], Py_True);
+		Py_INCREF(response);
+		if (PyObject_DelItem(streams, id) < 0) {
+			Py_DECREF(response);
+			goto done;
+		}
+		result = response;
+	} else
+		result = Py_NewRef(Py_None);
+done:
+	Py_XDECREF(made);
+	Py_DECREF(stream);
+	return result;
+}
+
+/* ---- a request's header block, as _request_block reads it ----------------------------
+ * set by setup_answers() too: for a reused block whose reader already derived the
+ * request's fields (method, path, scheme, authority, layer, carrier), wanted by no layer,
+ * opening a new stream (odd, past the last request's id, no END_STREAM: a request that
+ * is all headers, trailers and the stream table's bound are the reference's), on a
+ * connection that keeps no header fields: the request made by the reader's own maker
+ * (_new_request), its stream opened. Every other block is _request_block's, before
+ * anything is changed for it. */
+static PyObject *request_block(PyObject *state, PyObject *side, PyObject *block, int *taken)
+{
+	*taken = 0;
+	if (!new_request || slot_get(state, &state_capture) != Py_False)
+		return NULL;
+	PyObject *derived = slot_get(block, &block_derived);
+	PyObject *known = slot_get(block, &block_known);
+	PyObject *unknown = slot_get(block, &block_unknown);
+	PyObject *streams = slot_get(state, &state_slots[T_STREAMS]);
+	PyObject *id = slot_get(side, &side_slots[D_BLOCK_STREAM]);
+	long long flags, stream_id, last, bound;
+	if (!derived || !PyTuple_CheckExact(derived) || PyTuple_GET_SIZE(derived) != 6 ||
+	    PyTuple_GET_ITEM(derived, 4) != Py_None || !known || !PyDict_CheckExact(known) ||
+	    !unknown || !streams || !PyDict_Check(streams) || ll_of(id, &stream_id) < 0 ||
+	    ll_of(slot_get(side, &side_slots[D_BLOCK_FLAGS]), &flags) < 0 ||
+	    ll_of(slot_get(state, &state_last_request), &last) < 0 ||
+	    ll_of(slot_get(state, &state_max_streams), &bound) < 0 || flags & END_STREAM ||
+	    !(stream_id % 2) || stream_id <= last)
+		return NULL;
+	PyObject *carrier = PyTuple_GET_ITEM(derived, 5);
+	if (!PyDict_CheckExact(carrier))
+		return NULL;
+	Py_ssize_t open = PyObject_Size(streams);
+	if (open < 0) {
+		*taken = 1;
+		return NULL;
+	}
+	if (open + 1 > bound)
+		return NULL; /* the oldest stream is dropped: the reference's */
+	int in = PyDict_Contains(streams, id);
+	int answer = in ? in : PyDict_Contains(known, k_status);
+	if (in < 0 || answer < 0) {
+		*taken = 1;
+		return NULL;
+	}
+	if (in || answer)
+		return NULL; /* trailers of an open stream, or not a request */
+	PyObject *fields[5] = {slot_get(side, &side_slots[D_BLOCK_WIRE]),
+			       slot_get(side, &side_slots[D_BLOCK_HEAD]),
+			       slot_get(side, &side_slots[D_EPOCH]),
+			       slot_get(side, &side_slots[D_BLOCK_ARRIVAL]), NULL};
+	for (int i = 0; i < 4; i++)
+		if (!fields[i])
+			return NULL;
+	/* from here on, _request_block's steps */
+	*taken = 1;
+	PyObject *ct = PyDict_GetItemWithError(known, k_content_type);
+	if (!ct && PyErr_Occurred())
+		return NULL;
+	PyObject *ua = PyDict_GetItemWithError(known, k_user_agent);
+	if (!ua && PyErr_Occurred())
+		return NULL;
+	PyObject *copy = PyDict_GET_SIZE(carrier) ? PyDict_Copy(carrier) : PyDict_New();
+	if (!copy)
+		return NULL;
+	PyObject *messages = new_messages();
+	if (!messages) {
+		Py_DECREF(copy);
+		return NULL;
+	}
+	PyObject *margs[18] = {id,
+			       id,
+			       Py_None,
+			       Py_None,
+			       PyTuple_GET_ITEM(derived, 0),
+			       PyTuple_GET_ITEM(derived, 1),
+			       PyTuple_GET_ITEM(derived, 2),
+			       PyTuple_GET_ITEM(derived, 3),
+			       Py_False,
+			       fields[0],
+			       fields[1],
+			       fields[2],
+			       copy,
+			       ct ? ct : Py_None,
+			       ua ? ua : Py_None,
+			       unknown,
+			       fields[3],
+			       messages};
+	PyObject *request = PyObject_Vectorcall(new_request, margs, 18, NULL);
+	Py_DECREF(copy);
+	Py_DECREF(messages);
+	if (!request)
+		return NULL;
+	/* _Stream(request): its __init__ sets these two slots and nothing else */
+	PyObject *stream = stream_type->tp_alloc(stream_type, 0);
+	if (!stream) {
+		Py_DECREF(request);
+		return NULL;
+	}
+	slot_set(stream, &stream_request, request);
+	slot_set(stream, &stream_response, Py_None);
+	slot_set(state, &state_last_request, id);
+	int bad = PyObject_SetItem(streams, id, stream);
+	Py_DECREF(stream);
+	if (bad) {
+		Py_DECREF(request);
+		return NULL;
+	}
+	return request;
+}
+
 /* _block for a HEADERS block (not PUSH_PROMISE): new reference (None, a message), NULL on
  * error */
 static PyObject *header_block(PyObject *state, PyObject *side, int requests, PyObject *bytes)
@@ -359,9 +675,15 @@ static PyObject *header_block(PyObject *state, PyObject *side, int requests, PyO
 					   sum);
 				slot_set(side, &side_slots[D_BLOCK], Py_None);
 				Py_INCREF(block); /* the table may drop it while it is read */
-				PyObject *call[3] = {state, side, block};
-				PyObject *m = PyObject_Vectorcall(
-					requests ? py_request_block : py_response_block, call, 3, NULL);
+				int taken = 0;
+				PyObject *m = requests ? request_block(state, side, block, &taken) :
+							 answer_block(state, side, block, &taken);
+				if (!taken) {
+					PyObject *call[3] = {state, side, block};
+					m = PyObject_Vectorcall(requests ? py_request_block :
+									   py_response_block,
+								call, 3, NULL);
+				}
 				Py_DECREF(block);
 				return m;
 			}
@@ -599,6 +921,9 @@ static PyMethodDef h2_methods[] = {
 	{"parse", (PyCFunction)(void (*)(void))parse, METH_FASTCALL,
 	 "parse(direction, buf, state) -> (ParseResult, frame or None, consumed): "
 	 "protocols/http2/parse.py parse with its frame loop in C"},
+	{"setup_answers", setup_answers, METH_VARARGS,
+	 "setup_answers(new_response, new_request): an answer's and a request's usual header "
+	 "block read here (_response_block's and _request_block's usual cases)"},
 	{"setup_blocks", setup_blocks, METH_VARARGS,
 	 "setup_blocks(HeaderDecoder, Block, _request_block, _response_block): header blocks "
 	 "found in the decoder's reused-block table handed to their reader from here"},

@@ -11,7 +11,7 @@ from otel_ebpf.protocols.base import ConnInfo, Direction, Frame, NeutralSpan, Pa
 from otel_ebpf.protocols.registry import Registry
 from otel_ebpf.telemetry import Stats
 
-from .connection import Connection, compiled_data
+from .connection import MAX_PARSE_STEPS, Connection, FrameStart, compiled_data
 
 Key = tuple[int, int, int]
 _tuple_new = tuple.__new__  # a named tuple of every field, without its __new__'s Python frame
@@ -92,7 +92,9 @@ class ConnTable:
         if self.fast_data is not None:  # the parsers without `whole` whose step is compiled
             stepped = dict.fromkeys(type(p) for p in registry.parsers
                                     if getattr(p, "compiled_stream_step", False))
-            _fast.conn.stream_parsers(tuple(stepped) if STREAM_STEP else (), ParseResult.FRAME)
+            _fast.conn.stream_parsers(tuple(stepped) if STREAM_STEP else (), ParseResult.FRAME,
+                                      ParseResult.NEED_MORE, FrameStart, MAX_PARSE_STEPS,
+                                      Frame)
 
     def __len__(self) -> int:
         return len(self.conns)

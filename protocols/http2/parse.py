@@ -36,7 +36,7 @@ from hyperframe.frame import Frame as WireFrame
 
 from otel_ebpf import _fast
 
-from ..base import ConnInfo, Direction, Frame, ParseResult, ParserState, Role
+from ..base import ConnInfo, Direction, Frame, ParseResult, ParserState, Role, positional_maker
 from ..common import is_secret
 from ..http1.parse import CONTEXT_HEADERS
 from ..layers import Body, HTTPLayer, first_wanting
@@ -557,14 +557,15 @@ def _request_block(state: HTTP2State, side: _Side, decoded: Block) -> H2Message 
         derived = decoded.derived = (method, path, known.get(":scheme"),
                                      known.get(":authority"), layer, carrier)
     method, path, scheme, authority, layer, carrier = derived  # type: ignore[misc]
-    request = H2Request(
-        layer=layer, body=None if layer is None else Body(limit=layer.body_limit),
-        stream_id=stream_id, method=method, path=path, scheme=scheme, authority=authority,
-        ended=bool(flags & f.END_STREAM), size=side.block_wire,
-        head=side.block_head, head_epoch=side.epoch, carrier=dict(carrier) if carrier else {},
-    )
-    _message_fields(request, decoded, state.capture_headers)
-    request.head_arrival = side.block_arrival
+    # H2Request(...), then _message_fields and head_arrival, in one maker call
+    request = _new_request(
+        stream_id, stream_id, layer, None if layer is None else Body(limit=layer.body_limit),
+        method, path, scheme, authority, bool(flags & f.END_STREAM), side.block_wire,
+        side.block_head, side.epoch, dict(carrier) if carrier else {},
+        known.get("content-type"), known.get("user-agent"), decoded.unknown,
+        side.block_arrival, Messages())
+    if state.capture_headers:
+        _captured(request, decoded)
     state.last_request_id = stream_id
     state.streams[stream_id] = _Stream(request)
     if len(state.streams) > state.max_streams:
@@ -584,9 +585,9 @@ def _response_block(state: HTTP2State, side: _Side, decoded: Block) -> H2Message
     response = stream.response
     if response is None:
         layer = stream.request.layer
-        response = stream.response = H2Response(
-            stream_id=stream_id, head=side.block_head, head_epoch=side.epoch, layer=layer,
-            body=None if layer is None else Body(limit=layer.body_limit))
+        response = stream.response = _new_response(
+            stream_id, stream_id, side.block_head, side.epoch, layer,
+            None if layer is None else Body(limit=layer.body_limit), Messages())
         stream.request.response_started = True
     response.size += side.block_wire
     known = decoded.known
@@ -620,10 +621,27 @@ def _message_fields(message: H2Message, decoded: Block, capture_headers: bool) -
     message.user_agent = known.get("user-agent")
     message.unknown_fields += decoded.unknown
     if capture_headers:
-        for fl in decoded.fields:
-            if fl.name is not None and fl.value is not None and not fl.name.startswith(":") \
-                    and not is_secret(fl.name):
-                message.headers.setdefault(fl.name, []).append(fl.value)
+        _captured(message, decoded)
+
+
+def _captured(message: H2Message, decoded: Block) -> None:
+    """The header fields kept on the message (capture_headers)."""
+    for fl in decoded.fields:
+        if fl.name is not None and fl.value is not None and not fl.name.startswith(":") \
+                and not is_secret(fl.name):
+            message.headers.setdefault(fl.name, []).append(fl.value)
+
+
+# a request or response as its reader makes it, in one call (the class's keywords and
+# __post_init__, exchange being the stream id, cost ~4x as much: four of them a gRPC call);
+# its Messages given (the compiled readers make theirs without a Python __init__)
+_new_request = positional_maker(H2Request, (
+    "stream_id", "exchange", "layer", "body", "method", "path", "scheme", "authority", "ended",
+    "size", "head", "head_epoch", "carrier", "content_type", "user_agent", "unknown_fields",
+    "head_arrival", "messages"), post_init_sets=("exchange",))
+_new_response = positional_maker(H2Response, (
+    "stream_id", "exchange", "head", "head_epoch", "layer", "body", "messages"),
+    post_init_sets=("exchange",))
 
 
 def _int(value: str | None) -> int | None:
@@ -665,8 +683,9 @@ _compiled_ready = None  # the compiled module given what it reads and calls
 
 def compiled_parse():  # noqa: ANN201 (otel_ebpf/_fast/h2.c parse, or None)
     """`parse` with its frame loop in C (otel_ebpf/_fast/h2.c): the preface, unaligned
-    bytes, header blocks, DATA frames other than a whole one-message gRPC frame, and every
-    other frame with a handler are this file's; None on the pure Python path."""
+    bytes, header blocks (but the usual reused ones, read in C as _request_block and
+    _response_block read them), DATA frames other than a whole one-message gRPC frame, and every other frame with
+    a handler are this file's; None on the pure Python path."""
     global _compiled_ready
     fast = _fast.h2
     if fast is None or not COMPILED:
@@ -676,6 +695,8 @@ def compiled_parse():  # noqa: ANN201 (otel_ebpf/_fast/h2.c parse, or None)
                    HyperframeError, parse, _data, _block, _HANDLERS, _ignore, NEED, FRAME,
                    INVALID)
         fast.setup_blocks(HeaderDecoder, Block, _request_block, _response_block)
+        # _response_block's and _request_block's usual cases in C
+        fast.setup_answers(_new_response, _new_request)
         _compiled_ready = fast
     return fast.parse
 

@@ -4,7 +4,17 @@ left out, never guessed: a span may lack its method or path, never carry a wrong
 
 from __future__ import annotations
 
-from ..base import AttributeValue, ConnInfo, NeutralSpan, Role, SpanKind, StatusCode
+from otel_ebpf import _fast
+
+from ..base import (
+    AttributeValue,
+    ConnInfo,
+    NeutralSpan,
+    Role,
+    SpanKind,
+    StatusCode,
+    positional_maker,
+)
 from ..http1.spans import (
     _authority,
     _connection,
@@ -27,6 +37,10 @@ Attributes = dict[str, AttributeValue]
 
 def to_spans(record: H2Record, conn: ConnInfo, capture_headers: bool = False
              ) -> list[NeutralSpan]:
+    if COMPILED and _fast_span is not None and not capture_headers:
+        span = _fast_span(record, conn)  # otel_ebpf/_fast/h2span.c: the usual gRPC call
+        if span is not None:
+            return [span]
     request, response = record.request, record.response
     kind = SpanKind.SERVER if conn.role == Role.SERVER else SpanKind.CLIENT
     if _is_grpc(request, response):
@@ -37,23 +51,20 @@ def to_spans(record: H2Record, conn: ConnInfo, capture_headers: bool = False
         _connection(conn, attrs)
         attrs["network.protocol.version"] = "2"
         name, status, message = _http(record, kind, conn, attrs, capture_headers)
-    span = NeutralSpan(
-        name=name,
-        kind=kind,
-        start_ns=request.start_ns,
-        end_ns=max(record.end_ns, request.start_ns),
-        conn=conn,
-        attributes=attrs,
-        status=status,
-        status_message=message if status == StatusCode.ERROR else "",
-        protocol=PROTOCOL,
-        request_seq=request.tcp_seq,
-        request_pos=request.stream_pos,
-        response_seq=response.tcp_seq if response is not None and response.ended else None,
-    )
+    span = _new_span(
+        name, kind, request.start_ns, max(record.end_ns, request.start_ns), conn, attrs,
+        status, message if status == StatusCode.ERROR else "", PROTOCOL, request.tcp_seq,
+        request.stream_pos,
+        response.tcp_seq if response is not None and response.ended else None)
     if request.layer is not None:
         return apply_layer(request.layer, _exchange(record, conn, kind, span.end_ns), span)
     return [span]
+
+
+# NeutralSpan(name=, ...) in one call: one span per call at each end
+_new_span = positional_maker(NeutralSpan, (
+    "name", "kind", "start_ns", "end_ns", "conn", "attributes", "status", "status_message",
+    "protocol", "request_seq", "request_pos", "response_seq"))
 
 
 def _exchange(record: H2Record, conn: ConnInfo, kind: SpanKind, end_ns: int) -> HTTPExchange:
@@ -255,3 +266,15 @@ def _http(record: H2Record, kind: SpanKind, conn: ConnInfo, attrs: Attributes,
 def _headers(prefix: str, message: H2Message, attrs: Attributes) -> None:
     for name, values in message.headers.items():
         attrs[prefix + name] = list(values)
+
+
+# to_spans' usual gRPC call in C where the agent's extensions are built (False: this file's
+# to_spans, the reference, alone; tests compare the two)
+COMPILED = True
+_fast_span = None
+if _fast.h2span is not None:
+    _fast.h2span.setup_span(H2Record, grpc.Messages, ConnInfo, _new_span, _grpc_head,
+                            (Role.SERVER,), (SpanKind.SERVER, SpanKind.CLIENT),
+                            (StatusCode.UNSET, StatusCode.ERROR), grpc.CODES,
+                            grpc.SERVER_ERRORS, PROTOCOL)
+    _fast_span = _fast.h2span.span

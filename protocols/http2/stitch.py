@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..base import Record, SmallDeque
+from otel_ebpf import _fast
+
+from ..base import Record, SmallDeque, positional_maker
 from .parse import H2Message, H2Request, H2Response, HTTP2State
 
 
@@ -22,6 +24,10 @@ class H2Record(Record):
     end_ns: int = 0  # the last byte of the response, or the best time known for the end
 
 
+# H2Record(request=, response=, end_ns=) in one call: one per call at each end
+_new_record = positional_maker(H2Record, ("request", "response", "end_ns"))
+
+
 def stitch(state: HTTP2State, now_ns: int, timeout_ns: int) -> list[H2Record]:
     """pair, with the queues taken from the state (callers outside the tracker)."""
     return pair(state.frames[state.requests], state.frames[state.responses], now_ns, state,
@@ -32,6 +38,10 @@ def pair(requests: SmallDeque, responses: SmallDeque, now_ns: int, state: HTTP2S
          timeout_ns: int) -> list[H2Record]:
     """Records of the streams whose response ended or whose call ended otherwise (reset,
     refused, the close: state.closed, a timeout)."""
+    if COMPILED and _fast_pair is not None:  # otel_ebpf/_fast/h2span.c, this its reference
+        done = _fast_pair(requests, responses, now_ns, state, timeout_ns)
+        if done is not None:
+            return done
     records: list[H2Record] = []
     while requests:
         request = requests.popleft()
@@ -44,8 +54,14 @@ def pair(requests: SmallDeque, responses: SmallDeque, now_ns: int, state: HTTP2S
         if request is None:
             state.orphan_responses += 1  # its request was lost, or came before capture
             continue
-        records.append(H2Record(request=request, response=response,
-                                end_ns=max(response.end_ns, request.start_ns)))
+        records.append(_new_record(request, response, max(response.end_ns, request.start_ns)))
+    _expire(records, now_ns, state, timeout_ns)
+    return records
+
+
+def _expire(records: list[H2Record], now_ns: int, state: HTTP2State, timeout_ns: int) -> None:
+    """Records of the waiting requests whose call ended without an answer, or beyond the
+    stream table's bound."""
     for stream_id, request in list(state.waiting.items()):
         error = _ended(request, state, now_ns, timeout_ns)
         if error is None and len(state.waiting) <= state.max_streams:
@@ -58,7 +74,6 @@ def pair(requests: SmallDeque, responses: SmallDeque, now_ns: int, state: HTTP2S
         end = max(request.end_ns, state.last_ns) if late else request.end_ns
         records.append(H2Record(request=request, response=partial, error=error or "evicted",
                                 end_ns=end))
-    return records
 
 
 def _ended(request: H2Request, state: HTTP2State, now_ns: int, timeout_ns: int) -> str | None:
@@ -90,3 +105,12 @@ def _settle(state: HTTP2State, frame: H2Message) -> None:
             frame.start_ns = frame.end_ns
             frame.tid = frame.task = 0
     state.last_ns = max(state.last_ns, frame.end_ns)
+
+
+# pair's usual steps in C where the agent's extensions are built (False: this file's pair,
+# the reference, alone; tests compare the two)
+COMPILED = True
+_fast_pair = None
+if _fast.h2span is not None:
+    _fast.h2span.setup_pair(H2Request, H2Response, HTTP2State, _new_record, _expire)
+    _fast_pair = _fast.h2span.pair

@@ -24,10 +24,20 @@ parse = importlib.import_module("otel_ebpf.protocols.http1.parse")
 spans = importlib.import_module("otel_ebpf.protocols.http1.spans")
 stitch = importlib.import_module("otel_ebpf.protocols.http1.stitch")
 llm_spans = importlib.import_module("otel_ebpf.protocols.llm.spans")
+h2parse = importlib.import_module("otel_ebpf.protocols.http2.parse")
+h2spans = importlib.import_module("otel_ebpf.protocols.http2.spans")
+h2stitch = importlib.import_module("otel_ebpf.protocols.http2.stitch")
 
 
 def _fields(obj) -> dict:
     return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+
+
+def _plain(obj) -> dict:
+    """_fields, a default factory's object without __eq__ (gRPC Messages) by its slots."""
+    return {k: (type(v), [getattr(v, s) for s in v.__slots__])
+            if type(v).__eq__ is object.__eq__ and hasattr(v, "__slots__") else v
+            for k, v in _fields(obj).items()}
 
 
 MAKERS = [
@@ -36,6 +46,11 @@ MAKERS = [
     (spans._new_span, NeutralSpan), (stitch._new_record, stitch.HTTPRecord),
     (joiner._new_request, joiner.Request),
     (llm_spans._new_measurement, Measurement),  # frozen: set past its __setattr__
+    (h2spans._new_span, NeutralSpan), (h2stitch._new_record, h2stitch.H2Record),
+]
+# classes with a __post_init__ whose fields the caller passes (post_init_sets)
+POST_INIT_MAKERS = [
+    (h2parse._new_request, h2parse.H2Request), (h2parse._new_response, h2parse.H2Response),
 ]
 
 
@@ -52,6 +67,19 @@ def test_the_makers_build_what_the_constructors_build(maker, cls):
             assert getattr(again, f.name) is not getattr(made, f.name)
 
 
+@pytest.mark.parametrize("maker, cls", POST_INIT_MAKERS)
+def test_a_maker_passes_what_post_init_would_set(maker, cls):
+    """H2Message.__post_init__ sets exchange to the stream id; the maker is given both."""
+    names = maker.names
+    values = {n: object() for n in names}
+    values["exchange"] = values["stream_id"] = 7
+    made = maker(*(values[n] for n in names))
+    built = cls(**{n: v for n, v in values.items() if n != "exchange"})
+    assert type(made) is cls
+    assert _plain(made) == _plain(built)
+    assert made.headers is not maker(*(values[n] for n in names)).headers  # a fresh default
+
+
 def test_only_plain_dataclasses_and_known_fields():
     with pytest.raises(TypeError):
         positional_maker(ConnInfo, ("pid",))  # role, fd, generation... have no default
@@ -59,6 +87,10 @@ def test_only_plain_dataclasses_and_known_fields():
         positional_maker(NeutralSpan, ("no_such_field",))
     with pytest.raises(TypeError):
         positional_maker(NeutralSpan, ("name",))  # kind, times and conn have no default
+    with pytest.raises(TypeError):  # a __post_init__ whose fields are not named
+        positional_maker(h2parse.H2Response, ("stream_id",))
+    with pytest.raises(TypeError):  # what __post_init__ sets must be passed
+        positional_maker(h2parse.H2Response, ("stream_id",), post_init_sets=("exchange",))
 
 
 def _plan(cls, names):
@@ -74,14 +106,14 @@ def _plan(cls, names):
 
 
 @pytest.mark.skipif(_fast.maker is None, reason="the C extensions are not built (pure Python)")
-@pytest.mark.parametrize("maker, cls", MAKERS)
+@pytest.mark.parametrize("maker, cls", MAKERS + POST_INIT_MAKERS)
 def test_the_compiled_maker_builds_what_the_python_one_builds(maker, cls):
     assert type(maker) is _fast.maker.Maker  # the agent's own makers take the C path
     reference = python_maker(cls, maker.names, _plan(cls, maker.names))
     values = [object() for _ in maker.names]
     made, expected = maker(*values), reference(*values)
     assert type(made) is type(expected) is cls
-    assert _fields(made) == _fields(expected)  # a factory's fresh value equals its twin
+    assert _plain(made) == _plain(expected)  # a factory's fresh value equals its twin
     again = maker(*values)
     for f in dataclasses.fields(cls):  # factories called for each object, as Python does
         if f.default_factory is not dataclasses.MISSING and f.name not in maker.names:

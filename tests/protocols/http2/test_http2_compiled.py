@@ -227,3 +227,37 @@ def test_random_frames_through_the_table_alike(chunks, seed):
         m.setattr(h2parse, "COMPILED", False)
         m.setattr(table, "STREAM_STEP", False)
         assert spans() == compiled
+
+
+
+def test_the_usual_header_blocks_are_read_in_c(monkeypatch):
+    """A request's or an answer's reused header block (a call's headers, an answer's
+    headers and trailers) never reaches _request_block / _response_block on the compiled
+    path: only each block's first reading (the HPACK walk) does."""
+    calls = {"request": [], "response": []}
+
+    def counted(name: str):  # noqa: ANN202
+        reader = getattr(h2parse, f"_{name}_block")
+
+        def read(*args):  # noqa: ANN002, ANN202
+            calls[name].append(1)
+            return reader(*args)
+        return read
+
+    for name in calls:
+        monkeypatch.setattr(h2parse, f"_{name}_block", counted(name))
+    monkeypatch.setattr(h2parse, "_compiled_ready", None)  # set up again with the counters
+    try:
+        evs = sp.events(sp.recording("grpc"))
+        compiled = plain(sp.spans_of(evs))
+        in_c = {k: len(v) for k, v in calls.items()}
+        for v in calls.values():
+            v.clear()
+        monkeypatch.setattr(h2parse, "COMPILED", False)
+        assert plain(sp.spans_of(evs)) == compiled
+        # 200 calls seen at both ends: a request block and an answer's two at each
+        assert len(calls["request"]) >= 400 and len(calls["response"]) >= 800
+        assert in_c["request"] < 10 and in_c["response"] < 20
+    finally:
+        monkeypatch.undo()
+        h2parse._compiled_ready = None  # the C loop set up again with the readers themselves
