@@ -9,7 +9,10 @@ the SDK's encoder (otlphttp, and the otlp exporter before), and OTLP/JSON for th
 exporter built directly (otel_ebpf/export/otlp_json.py) and by the old protobuf route.
 
     .venv/bin/python bench/agent_pipeline.py [--exchanges 5000] [--rounds 5]
-        [--profile] [--out docs/performance.md]
+        [--answer-writes 2] [--profile] [--out docs/performance.md]
+
+--answer-writes 2: each answer's head and body written in two syscalls and read in two, as
+uvicorn writes them (its head, then its body) and a client reading as they arrive sees them.
 
 --profile prints the 20 functions with the most own time over the parse and correlate
 stages (cProfile, compiled path). Times are this process's CPU time (time.process_time), so
@@ -59,8 +62,10 @@ AGENT_PATH = ("ring records to events", "parse and correlate",
               "ready for export (resource, wall clock)", "OTLP protobuf, direct (otlp exporter)",
               "OTLP/JSON, direct (file exporter)")
 
-def events(exchanges: int, request: bytes = REQUEST, response: bytes = RESPONSE) -> list:
-    """Both ends of `exchanges` keep-alive requests: a client and a server connection."""
+def events(exchanges: int, request: bytes = REQUEST, response: bytes = RESPONSE,
+           answer_writes: int = 1) -> list:
+    """Both ends of `exchanges` keep-alive requests: a client and a server connection; with
+    `answer_writes` 2, each answer's head and body in a syscall of their own."""
     out: list = []
     ends = {Role.CLIENT: (100, 5, 1), Role.SERVER: (200, 9, 2)}
     for role, key in ends.items():
@@ -71,11 +76,13 @@ def events(exchanges: int, request: bytes = REQUEST, response: bytes = RESPONSE)
                                 remote_addr="127.0.0.1", remote_port=remote, comm="python"))
     pos = {k: [0, 0] for k in ends.values()}
     t = 1_000
+    head, sep, body = response.partition(b"\r\n\r\n")
+    answer = (head + sep, body) if answer_writes == 2 and body else (response,)
+    steps = [(Role.CLIENT, Direction.EGRESS, request), (Role.SERVER, Direction.INGRESS, request)]
+    steps += [(Role.SERVER, Direction.EGRESS, piece) for piece in answer]
+    steps += [(Role.CLIENT, Direction.INGRESS, piece) for piece in answer]
     for _ in range(exchanges):
-        for role, direction, payload in ((Role.CLIENT, Direction.EGRESS, request),
-                                         (Role.SERVER, Direction.INGRESS, request),
-                                         (Role.SERVER, Direction.EGRESS, response),
-                                         (Role.CLIENT, Direction.INGRESS, response)):
+        for role, direction, payload in steps:
             key, t = ends[role], t + 1_000
             p = pos[key][direction]
             seq = (1_000 + p) & 0xFFFFFFFF
@@ -116,7 +123,8 @@ def one_round(exchanges: int, profile: cProfile.Profile | None, compiled: bool,
 
 def _one_round(exchanges: int, profile: cProfile.Profile | None, compiled: bool,
                enabled: tuple[str, ...] = ENABLED, request: bytes = REQUEST,
-               response: bytes = RESPONSE, spans_per_exchange: int = 2) -> dict[str, float]:
+               response: bytes = RESPONSE, spans_per_exchange: int = 2,
+               answer_writes: int = 1) -> dict[str, float]:
     """One pass over every stage; `enabled`, the bytes of each exchange and the spans each
     gives may be another workload's (bench/mcp_cost.py)."""
     stats = Stats()
@@ -124,7 +132,7 @@ def _one_round(exchanges: int, profile: cProfile.Profile | None, compiled: bool,
                                     {"http1": {"correlation_headers": ["x-request-id"]}})
     table = ConnTable(registry, stats, 65536, 300 * 10**9)
     correlator = Correlator(stats, 2 * 10**9, ("x-request-id",), max_requests=100_000)
-    records = [record_of(ev) for ev in events(exchanges, request, response)]
+    records = [record_of(ev) for ev in events(exchanges, request, response, answer_writes)]
     decode = abi.decode_batch if compiled else abi.decode_each
     spans: list = []
     td = time.process_time()
@@ -174,6 +182,8 @@ def main() -> None:
     ap.add_argument("--exchanges", type=int, default=5000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--answer-writes", type=int, choices=(1, 2), default=1,
+                    help="2: each answer's head and body in a syscall of their own")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--gc-defaults", action="store_true",
                     help="leave the cyclic collector as Python sets it (the agent tunes it)")
@@ -187,12 +197,14 @@ def main() -> None:
     rounds: dict[bool, list[dict[str, float]]] = {True: [], False: []}
     for i in range(args.rounds):  # interleaved, the order alternating: a noisy machine
         for compiled in ((True, False) if i % 2 else (False, True)):
-            rounds[compiled].append(one_round(args.exchanges, profile, compiled))
+            rounds[compiled].append(one_round(args.exchanges, profile, compiled,
+                                              answer_writes=args.answer_writes))
     lines = [f"### Agent CPU per HTTP/1 exchange, by stage ({time.strftime('%Y-%m-%d')}, "
              f"{args.exchanges} exchanges seen at both ends, median [min–max] of {args.rounds} "
              "interleaved rounds)",
              "", "`.venv/bin/python bench/agent_pipeline.py --exchanges "
-             f"{args.exchanges} --rounds {args.rounds}`", "",
+             f"{args.exchanges} --rounds {args.rounds}"
+             f"{' --answer-writes 2' if args.answer_writes == 2 else ''}`", "",
              "| stage | pure Python µs per exchange (2 spans) | compiled path µs | ratio |",
              "|---|---:|---:|---:|"]
 
