@@ -610,6 +610,77 @@ done:
 	return result;
 }
 
+/* ---- the bytes of a body skipped by length ----------------------------------------------
+ *
+ * A parser that ends a message's frame at its head, its body skipped by length (HTTP/1's
+ * Content-Length, uncaptured bytes need not be read), leaves the frame pending until its
+ * last byte comes and the stream's head past the body. A server that writes the head and
+ * then the body (uvicorn), or a client that reads them as they come, makes the body a
+ * syscall of its own: what on_data does with it (Stream.add, _parse with nothing to read,
+ * _finish_pending) is done here when it continues the stream and stays inside the one
+ * pending frame's bytes: the stream's known end and time move on, and the frame ends on the
+ * syscall's last byte when that is the frame's. 1 done, 0 not this case (nothing changed),
+ * -1 an error.
+ */
+static int skipped_body(PyObject *conn, PyObject *stream, PyObject *state, PyObject *info,
+			PyObject *pos, Py_ssize_t n, PyObject *known_end, PyObject *head,
+			PyObject *end_ns, long d)
+{
+	if (!s_start_ns || !frame_base)
+		return 0; /* end_frame's names and Frame's slots: stream_parsers() not called */
+	int cont = PyObject_RichCompareBool(pos, known_end, Py_EQ);
+	if (cont <= 0)
+		return cont;
+	if (held(slot_get(stream, &stream_slots[S_BUF])) != 0 ||
+	    held(slot_get(stream, &stream_slots[S_QUEUE])) != 0 ||
+	    held(slot_get(stream, &stream_slots[S_TIMES])) != 0)
+		return 0;
+	PyObject *pending = item_of(slot_get(conn, &conn_slots[C_PENDING]), d);
+	PyObject *resync = item_of(slot_get(conn, &conn_slots[C_RESYNC]), d);
+	PyObject *frame_start = item_of(slot_get(conn, &conn_slots[C_FRAME_START]), d);
+	PyObject *out = slot_get(conn, &conn_slots[C_FRAMES_OUT]);
+	PyObject *frames = item_of(slot_get(state, &state_frames), d);
+	if (!pending || !PyList_Check(pending) || PyList_GET_SIZE(pending) != 1 ||
+	    resync != Py_False || frame_start != Py_None || !out ||
+	    (out != Py_None && !PyList_Check(out)) || !frames || !PyList_Check(frames))
+		return 0;
+	PyObject *entry = PyList_GET_ITEM(pending, 0);
+	if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2 ||
+	    !PyLong_CheckExact(PyTuple_GET_ITEM(entry, 1)))
+		return 0;
+	PyObject *frame = PyTuple_GET_ITEM(entry, 0), *last = PyTuple_GET_ITEM(entry, 1);
+	int ahead = PyObject_RichCompareBool(head, last, Py_EQ); /* the head past the body */
+	if (ahead <= 0)
+		return ahead;
+	PyObject *end = plus(pos, n);
+	if (!end)
+		return -1;
+	int beyond = PyObject_RichCompareBool(end, last, Py_GT);
+	int reaches = beyond ? 0 : PyObject_RichCompareBool(end, last, Py_EQ);
+	if (beyond || reaches < 0) { /* the next message's bytes too: on_data's */
+		Py_DECREF(end);
+		return beyond < 0 || reaches < 0 ? -1 : 0;
+	}
+	slot_set(conn, &conn_slots[C_LAST_NS], end_ns);
+	int r = note_end(stream, end, end_ns);
+	Py_DECREF(end);
+	if (r < 0)
+		return -1;
+	if (reaches) { /* _finish_pending: its last byte's time is this syscall's end */
+		PyObject *held_refs[] = {entry, pending, frames, out, info}; /* while code runs */
+		for (int i = 0; i < 5; i++)
+			Py_INCREF(held_refs[i]);
+		r = end_frame(frame, last, end_ns, frames, out, info);
+		if (r == 0)
+			r = PyList_SetSlice(pending, 0, 1, NULL);
+		for (int i = 0; i < 5; i++)
+			Py_DECREF(held_refs[i]);
+		if (r < 0)
+			return -1;
+	}
+	return 1;
+}
+
 static PyObject *data(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
 	if (nargs != 13) {
@@ -660,6 +731,14 @@ static PyObject *data(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 	Py_ssize_t n = PyLong_AsSsize_t(msg_len);
 	if (n == -1 && PyErr_Occurred())
 		return NULL;
+	if (!past && !at && n > 0 && PyBytes_GET_SIZE(payload) <= n) { /* behind the head */
+		int r = skipped_body(conn, stream, state, info, pos, n, known_end, head, end_ns, d);
+		if (r < 0)
+			return NULL;
+		if (r)
+			Py_RETURN_TRUE;
+		Py_RETURN_FALSE;
+	}
 	/* pos == stream.head, every byte captured, the stream holding nothing */
 	if (past || !at || n <= 0 || PyBytes_GET_SIZE(payload) != n ||
 	    held(slot_get(stream, &stream_slots[S_BUF])) != 0 ||
