@@ -15,7 +15,7 @@
 
 /* set by setup(): the classes whose objects data() reads by slot, and Chunk */
 static PyTypeObject *conn_type, *stream_type, *info_type, *state_type;
-static PyObject *chunk_type, *s__whole;
+static PyObject *chunk_type, *s__whole, *s_size_attr; /* "size": a whole() frame's */
 static PyObject *time_at_func; /* Connection._time_at, the function */
 enum { C_WHOLE, C_UNPARSED, C_INFO, C_STREAMS, C_RESYNC, C_FRAME_START, C_PENDING, C_LAST_NS,
        C_TCP, C_STATE, C_FRAMES_OUT, C_PARSER, C_N };
@@ -801,6 +801,29 @@ static PyObject *data(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 	/* what _whole leaves for such a frame */
 	if (note_end(stream, end, end_ns) < 0)
 		goto done;
+	PyObject *size = PyObject_GetAttr(frame, s_size_attr);
+	if (!size)
+		goto done;
+	int runs_on = PyLong_CheckExact(size) ? PyObject_RichCompareBool(size, msg_len, Py_GT) : 0;
+	if (runs_on) { /* its body skipped by length runs on: _frame_done's head and pending */
+		/* read again: whole() ran Python code (first_wanting, the maker) */
+		PyObject *waiting = item_of(slot_get(conn, &conn_slots[C_PENDING]), d);
+		PyObject *last = runs_on > 0 && waiting && PyList_Check(waiting) ?
+			PyNumber_Add(pos, size) : NULL;
+		PyObject *entry = last ? PyTuple_Pack(2, frame, last) : NULL;
+		if (entry)
+			slot_set(stream, &stream_slots[S_HEAD], last);
+		int bad = !entry || PyList_Append(waiting, entry) < 0;
+		if (bad && !PyErr_Occurred())
+			PyErr_SetString(PyExc_TypeError, "data: the connection's pending lists");
+		Py_XDECREF(entry);
+		Py_XDECREF(last);
+		Py_DECREF(size);
+		if (!bad)
+			result = Py_True;
+		goto done;
+	}
+	Py_DECREF(size);
 	slot_set(stream, &stream_slots[S_HEAD], end);
 	if (finish_frame(frames, out, info, frame) < 0)
 		goto done;
@@ -839,6 +862,7 @@ static struct PyModuleDef conn_module = {
 PyMODINIT_FUNC PyInit_conn(void)
 {
 	if (!(s__whole = PyUnicode_InternFromString("_whole")) ||
+	    !(s_size_attr = PyUnicode_InternFromString("size")) ||
 	    !(s_piece = PyUnicode_InternFromString("piece")) ||
 	    !(s__piece_done = PyUnicode_InternFromString("_piece_done")))
 		return NULL;

@@ -443,7 +443,7 @@ static PyObject *whole(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 	if (request) {
 		if (h.clen >= 0)
 			end += h.clen;
-		if (end != len)
+		if (end < len) /* the next message's bytes too; past len: its body to come */
 			goto none;
 		if (PyTuple_GET_SIZE(layers)) {
 			PyObject *call[3] = {layers, first, text};
@@ -507,7 +507,7 @@ static PyObject *whole(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 		} else {
 			goto none; /* until the close */
 		}
-		if (end != len)
+		if (end < len) /* the next message's bytes too; past len: its body to come */
 			goto none;
 		int later = PyObject_RichCompareBool(PyTuple_GET_ITEM(req, 0), answered, Py_GT);
 		if (later < 0)

@@ -170,6 +170,13 @@ class Connection:
                     if end > stream.known_end:
                         stream.known_end = end
                     stream.last_end_ns = end_ns
+                    if frame.size > msg_len:
+                        # its body skipped by length runs past the syscall: _frame_done's
+                        # head and pending entry; _finish_pending ends it at its last byte
+                        last = pos + frame.size
+                        stream.head = last
+                        self.pending[direction].append((frame, last))
+                        return
                     stream.head = end
                     self.state.frames[direction].append(frame)  # type: ignore[union-attr]
                     if self.frames_out is not None:

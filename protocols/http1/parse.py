@@ -531,9 +531,11 @@ def whole(direction: Direction, data: bytes, state: HTTP1State, pos: int, start_
           end_ns: int, seq: int | None, tid: int, task: int) -> HTTPMessage | None:
     """The usual event in one step: `data`, a syscall's every byte at an empty stream's
     head, is one plain message (a head the compiled parser reads, its body skipped by
-    length, no layer wanting it). Returns that message's finished, timed frame, what
-    parse and the tracker's stamping give it; None, with nothing changed, for anything
-    else (the general path then runs)."""
+    length, no layer wanting it), or such a message's head with none or part of its body
+    (a server that writes the head, then the body). Returns that message's timed frame,
+    what parse and the tracker's stamping give it, its `size` running past `data` when
+    the rest of its body is still to come (the tracker keeps it pending until that
+    byte); None, with nothing changed, for anything else (the general path then runs)."""
     kept = state.fast_kept
     if kept is None or state.tunnel:
         return None
@@ -547,8 +549,8 @@ def whole(direction: Direction, data: bytes, state: HTTP1State, pos: int, start_
         _, end, method, target, version, carrier, host, agent, ctype, clen = fast
         if clen >= 0:
             end += clen
-        if end != len(data) or (state.layers and first_wanting(state.layers, method, target)
-                                is not None):
+        if end < len(data) or (state.layers and first_wanting(state.layers, method, target)
+                               is not None):
             return None
         # _request_head's compiled branch, from here on
         index = state.next_index
@@ -578,7 +580,7 @@ def whole(direction: Direction, data: bytes, state: HTTP1State, pos: int, start_
         end += clen
     else:
         return None  # until the close
-    if end != len(data):
+    if end < len(data):  # the next message's bytes too: the general path
         return None
     # _response_head's compiled branch, from here on
     if sent:

@@ -226,3 +226,30 @@ def test_a_body_after_its_head_is_taken_by_the_compiled_step(monkeypatch):
         table.handle([ev])
     assert behind > 10
     assert not any(seen_by_python)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_heads_then_bodies_give_what_the_pure_python_path_gives(monkeypatch, seed):
+    """A head whose body comes later taken in one call (whole() with its frame pending)
+    and its body in C, against the path with no compiled HTTP/1 step at all."""
+
+    def frames_and_spans(compiled: bool) -> list:
+        with monkeypatch.context() as m:
+            if not compiled:
+                m.setattr(_fast, "http1", None)
+            registry = Registry.from_config(["http1", "llm", "vectordb"],
+                                            {"http1": {"correlation_headers": ["x-request-id"]}})
+            table = ConnTable(registry, Stats(), 64, 300 * 10**9)
+            if not compiled:
+                table.data_run = None
+            events, out = head_then_body(seed), []
+            for i in range(0, len(events), 5):
+                spans = table.handle(events[i:i + 5])
+                out.append(plain((spans, table.observed)))
+                table.observed.clear()
+            out.append(plain(table.close_all()))
+            return out
+
+    compiled = frames_and_spans(True)
+    assert compiled == frames_and_spans(False)
+    assert sum(len(batch[0]) for batch in compiled[:-1]) > 0
