@@ -801,7 +801,9 @@ static PyObject *data(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 	/* what _whole leaves for such a frame */
 	if (note_end(stream, end, end_ns) < 0)
 		goto done;
-	PyObject *size = PyObject_GetAttr(frame, s_size_attr);
+	/* by slot where Frame's slots are known (the agent's case), else by name */
+	PyObject *size = by_slot(frame) ? slot_get(frame, &frame_slots[FR_SIZE]) : NULL;
+	size = size ? Py_NewRef(size) : PyObject_GetAttr(frame, s_size_attr);
 	if (!size)
 		goto done;
 	int runs_on = PyLong_CheckExact(size) ? PyObject_RichCompareBool(size, msg_len, Py_GT) : 0;
