@@ -3,10 +3,11 @@ idle connections tracked.
 
 Run as root from the repository root (after `make -C bpf`; needs a C compiler, cc/clang):
 
-    sudo .venv/bin/python bench/agent_capacity.py [--part http|sse|grpc|idle|all] [--seconds 10]
+    sudo .venv/bin/python bench/agent_capacity.py [--part http|sse|grpc|wrk|idle|all] [--seconds 10]
         [--rates 1000,2000,5000,10000,15000,20000] [--refine 2] [--conns 64]
         [--sse-rates 25,50,100,200,400,600] [--sse-conns 128]
-        [--grpc-rates 250,500,1000,2000] [--grpc-conns 16] [--idle-conns 10000]
+        [--grpc-rates 250,500,1000,2000] [--grpc-conns 16] [--wrk-conns 16]
+        [--idle-conns 10000]
         [--idle-rate 1000] [--idle-rounds 2] [--drain 5] [--profile] [--compare N]
         [--exporter file|otlp] [--compare N [--base DIR]] [--out docs/performance.md]
 
@@ -49,6 +50,11 @@ Parts:
         answered "hello world") at fixed offered calls/s from bench/capacity/grpc_load.py
         (--grpc-conns channels, one call in flight on each; --grpc-rates); a call is seen
         at both ends: 2 spans.
+  wrk   FastAPI under wrk: bench/apps/fastapi_app.py's `async def` endpoint under uvicorn
+        (one worker, no access log) and `wrk -t 1 -c --wrk-conns` (16) closed loop, as fast
+        as the server answers (bench/capacity/wrk_load.py), both on the peers' core: the
+        agent's CPU per request where the server writes an answer's head and body in two
+        syscalls (6 events a request at both ends). One step (--compare N: N rounds a side).
   idle  --idle-conns keep-alive connections to the httpload server, opened at --idle-rate
         per second (1000), one request and answer each, then held idle: the agent's VmRSS
         before, with them open (and tracked: both ends, so 2 per connection), and after
@@ -65,7 +71,7 @@ agent's core (--receiver-cpu to move it): on the peers' core, beside the open-lo
 client, it answered too late from 10,000 req/s on and the agent's export queue dropped
 spans (its export thread waiting on rotel's answers, its own CPU under half a core);
 on the agent's core it takes core time the agent could have had, not the agent's CPU.
---compare N (http and sse parts): instead of the steps, N rounds at each rate of the agent with
+--compare N (http, sse and wrk parts): instead of the steps, N rounds at each rate of the agent with
 the compiled per-event path (otel_ebpf/_fast) and with the pure Python path
 (OTEL_EBPF_PURE_PYTHON=1), interleaved (the order alternating per round): medians and
 [min–max] of agent CPU and us/req (us/stream) side by side, kernel drops and rounds kept up
@@ -596,69 +602,74 @@ def cell(values: list[float | None], spec: str = ".0f") -> str:
             f"[{format(min(got), spec)}–{format(max(got), spec)}]")
 
 
-def compare_http(args, exe: Path, today: str) -> list[str]:
-    """--compare, http part: two agents at each rate side by side (compare_sides)."""
-    sides, runs = compare_sides(args, "http", args.rates,
-                                lambda rate, **how: http_step(rate, args, exe, **how),
-                                args.compare)
+def compare_table(args, part: str, rates: list[float], one, title: str,
+                  columns: list[tuple[str, object]], spans_per: str) -> list[str]:
+    """--compare: two agents at each rate side by side (compare_sides), one row per rate and
+    agent; `columns` are (header, the cell of one rate's and agent's steps)."""
+    sides, runs = compare_sides(args, part, rates, one, args.compare)
     what = ("this checkout against the one before" if args.base is not None
             else "compiled per-event path against pure Python")
-    lines = [f"### HTTP/1.1, {what} ({today}, keep-alive GETs on {args.conns} connections, "
-             f"open loop, {args.exporter} exporter, {args.compare} interleaved rounds per rate "
-             "and agent, median [min–max])", "",
-             "| offered req/s | agent | achieved req/s | agent CPU % | agent CPU % per 1k req/s "
-             "| agent us/req | others on its core % | kernel drops | rounds kept up |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
-    for rate in args.rates:
+    lines = [f"### {title.format(what=what)}, {args.compare} interleaved rounds per rate and "
+             "agent, median [min–max])", "",
+             "| " + " | ".join(["rate", "agent", *(h for h, _ in columns), "kernel drops",
+                                "rounds kept up"]) + " |",
+             "|---:|---|" + "---:|" * len(columns) + "---:|---|"]
+    for rate in rates:
         for name, _ in sides:
             steps = runs[(rate, name)]
-            per_k = [s.agent_cpu / (s.achieved / 1000) if s.agent_cpu is not None and s.achieved
-                     else None for s in steps]
             lines.append(
-                f"| {rate:g} | {name} | "
-                f"{cell([s.achieved for s in steps])} | {cell([s.agent_cpu for s in steps])} | "
-                f"{cell(per_k, '.2f')} | {cell([s.us_per_req for s in steps], '.1f')} | "
-                f"{cell([s.others_cpu for s in steps])} | "
-                f"{', '.join(str(s.drops) for s in steps)} | "
+                f"| {rate:g} | {name} | " + " | ".join(cell_of(steps) for _, cell_of in columns)
+                + f" | {', '.join(str(s.drops) for s in steps)} | "
                 f"{sum(s.kept_up(args.max_cpu) for s in steps)} of {len(steps)} |")
     lines += ["", f"Agent pinned to CPU {args.agent_cpu}, load peers to CPU {args.peer_cpu}; "
-              f"each run a fresh agent with default settings ({args.exporter} exporter). "
-              "kept up = 0 kernel drops, all 2 spans/request "
-              f"exported within {args.drain:g} s, none queue-dropped, CPU < {args.max_cpu:g} %."]
+              f"each run a fresh agent with default settings ({args.exporter if part == 'http' else 'file'} "
+              f"exporter). kept up = 0 kernel drops, all 2 spans/{spans_per} exported within "
+              f"{args.drain:g} s, none queue-dropped, CPU < {args.max_cpu:g} %."]
     return lines
+
+
+def per_k(steps: list[Step], rate_of) -> list[float | None]:
+    """Agent CPU % per 1k (requests, chunks) per second, each step's."""
+    return [s.agent_cpu / (rate_of(s) / 1000) if s.agent_cpu is not None and rate_of(s)
+            else None for s in steps]
+
+
+def compare_http(args, exe: Path, today: str) -> list[str]:
+    return compare_table(
+        args, "http", args.rates, lambda rate, **how: http_step(rate, args, exe, **how),
+        f"HTTP/1.1, {{what}} ({today}, keep-alive GETs on {args.conns} connections, "
+        f"open loop (rate: offered req/s), {args.exporter} exporter",
+        [("achieved req/s", lambda st: cell([s.achieved for s in st])),
+         ("agent CPU %", lambda st: cell([s.agent_cpu for s in st])),
+         ("agent CPU % per 1k req/s", lambda st: cell(per_k(st, lambda s: s.achieved), ".2f")),
+         ("agent us/req", lambda st: cell([s.us_per_req for s in st], ".1f")),
+         ("others on its core %", lambda st: cell([s.others_cpu for s in st]))], "request")
 
 
 def compare_sse(args, today: str) -> list[str]:
-    """--compare, sse part: two agents at each streams/s rate side by side (compare_sides);
-    the figures per 1k chunks/s and per stream."""
-    sides, runs = compare_sides(args, "sse", args.sse_rates,
-                                lambda rate, **how: sse_step(rate, args, **how), args.compare)
-    what = ("this checkout against the one before" if args.base is not None
-            else "compiled per-event path against pure Python")
-    lines = [f"### LLM SSE streams, {what} ({today}, chat completions, {SSE_TOKENS} tokens "
-             f"{SSE_INTERVAL_MS:g} ms apart, {SSE_EVENTS_PER_STREAM} SSE events per stream, up "
-             f"to {args.sse_conns} concurrent streams, open loop, {args.compare} interleaved "
-             "rounds per rate and agent, median [min–max])", "",
-             "| offered streams/s | agent | chunks/s | agent CPU % | agent CPU % per 1k chunks/s "
-             "| agent us/stream | others on its core % | kernel drops | rounds kept up |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
-    for rate in args.sse_rates:
-        for name, _ in sides:
-            steps = runs[(rate, name)]
-            per_k = [s.agent_cpu / (s.chunk_rate / 1000) if s.agent_cpu is not None
-                     and s.chunk_rate else None for s in steps]
-            lines.append(
-                f"| {rate:g} | {name} | {cell([s.chunk_rate for s in steps])} | "
-                f"{cell([s.agent_cpu for s in steps], '.1f')} | {cell(per_k, '.2f')} | "
-                f"{cell([s.us_per_req for s in steps])} | "
-                f"{cell([s.others_cpu for s in steps])} | "
-                f"{', '.join(str(s.drops) for s in steps)} | "
-                f"{sum(s.kept_up(args.max_cpu) for s in steps)} of {len(steps)} |")
-    lines += ["", f"Agent pinned to CPU {args.agent_cpu}, load peers to CPU {args.peer_cpu}; "
-              "each run a fresh agent with default settings (file exporter). kept up = 0 kernel "
-              f"drops, all 2 spans/stream exported within {args.drain:g} s, none "
-              f"queue-dropped, CPU < {args.max_cpu:g} %."]
-    return lines
+    return compare_table(
+        args, "sse", args.sse_rates, lambda rate, **how: sse_step(rate, args, **how),
+        f"LLM SSE streams, {{what}} ({today}, chat completions, {SSE_TOKENS} tokens "
+        f"{SSE_INTERVAL_MS:g} ms apart, {SSE_EVENTS_PER_STREAM} SSE events per stream, up "
+        f"to {args.sse_conns} concurrent streams, open loop (rate: offered streams/s)",
+        [("chunks/s", lambda st: cell([s.chunk_rate for s in st])),
+         ("agent CPU %", lambda st: cell([s.agent_cpu for s in st], ".1f")),
+         ("agent CPU % per 1k chunks/s",
+          lambda st: cell(per_k(st, lambda s: s.chunk_rate), ".2f")),
+         ("agent us/stream", lambda st: cell([s.us_per_req for s in st])),
+         ("others on its core %", lambda st: cell([s.others_cpu for s in st]))], "stream")
+
+
+def compare_wrk(args, today: str) -> list[str]:
+    return compare_table(
+        args, "wrk", [0.0], lambda rate, **how: wrk_step(args, **how),
+        f"FastAPI under wrk, {{what}} ({today}, `async def` endpoint, uvicorn one worker, "
+        f"`wrk -t 1 -c {args.wrk_conns}` closed loop (rate 0: as fast as the server answers)",
+        [("achieved req/s", lambda st: cell([s.achieved for s in st])),
+         ("agent CPU %", lambda st: cell([s.agent_cpu for s in st])),
+         ("agent us/req", lambda st: cell([s.us_per_req for s in st], ".1f")),
+         ("load CPU % (its core)", lambda st: cell([s.load_cpu for s in st])),
+         ("others on its core %", lambda st: cell([s.others_cpu for s in st]))], "request")
 
 
 def peer_step(name: str, rate: float, args, server: list[str], load: list[str],
@@ -712,6 +723,19 @@ def grpc_step(rate: float, args, profile: bool = False) -> Step:
          str(args.seconds), "--conns", str(args.grpc_conns)], profile)
     step.achieved = load["rate"]
     step.p99_ms = load["p99_ms"]
+    return step
+
+
+def wrk_step(args, profile: bool = False, tree: Path = REPO, pure: bool = False) -> Step:
+    """FastAPI (bench/apps/fastapi_app.py, `async def` endpoint) under uvicorn, one worker,
+    driven by wrk at the rate it answers: both on the peers' core, the agent alone on its."""
+    step, load = peer_step(
+        "wrk", 0.0, args,
+        ["uvicorn", "bench.apps.fastapi_app:app", "--host", "127.0.0.1", "--workers", "1",
+         "--no-access-log", "--log-level", "warning", "--timeout-keep-alive", "60", "--port"],
+        [sys.executable, str(CAPACITY / "wrk_load.py"), "{port}", f"{args.seconds:g}",
+         "--conns", str(args.wrk_conns)], profile, tree, pure)
+    step.achieved = step.offered = load["rate"]
     return step
 
 
@@ -971,7 +995,8 @@ def rates_arg(text: str) -> list[float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=("http", "sse", "grpc", "idle", "all"), default="all")
+    ap.add_argument("--part", choices=("http", "sse", "grpc", "wrk", "idle", "all"),
+                    default="all")
     ap.add_argument("--seconds", type=float, default=10.0, help="load per step")
     ap.add_argument("--rates", type=rates_arg,
                     default=rates_arg("1000,2000,5000,10000,15000,20000"),
@@ -983,6 +1008,8 @@ def main() -> int:
     ap.add_argument("--grpc-rates", type=rates_arg, default=rates_arg("250,500,1000,2000"),
                     help="gRPC unary calls/s offered, one step each")
     ap.add_argument("--grpc-conns", type=int, default=16, help="gRPC channels")
+    ap.add_argument("--wrk-conns", type=int, default=16,
+                    help="wrk part: keep-alive connections, one request in flight on each")
     ap.add_argument("--refine", type=int, default=2, help="bisection steps after the rates")
     ap.add_argument("--idle-conns", type=int, default=10_000)
     ap.add_argument("--idle-rounds", type=int, default=2,
@@ -996,7 +1023,8 @@ def main() -> int:
     ap.add_argument("--peer-cpu", type=int, default=1)
     ap.add_argument("--profile", action="store_true", help="py-spy the agent at saturation")
     ap.add_argument("--compare", type=int, default=0,
-                    help="http and sse parts: N interleaved rounds per rate, compiled vs pure Python")
+                    help="http, sse and wrk parts: N interleaved rounds per rate, compiled vs "
+                         "pure Python")
     ap.add_argument("--base", type=Path,
                     help="with --compare: the agent of this checkout (built) against this one's")
     ap.add_argument("--exporter", choices=("file", "otlp"), default="file",
@@ -1008,11 +1036,12 @@ def main() -> int:
     if os.geteuid() != 0:
         ap.error("run as root: the agent loads BPF programs")
     if not (0 < args.seconds <= 120 and 1 <= args.conns <= 4096 and 1 <= args.sse_conns <= 4096
-            and 1 <= args.grpc_conns <= 256
+            and 1 <= args.grpc_conns <= 256 and 1 <= args.wrk_conns <= 1024
             and 1 <= args.idle_conns <= 60_000 and 0 <= args.refine <= 5
             and 10 <= args.idle_rate <= 100_000 and 1 <= args.idle_rounds <= 5
             and 0 < args.drain <= 60):
         ap.error("--seconds 0..120, --conns/--sse-conns 1..4096, --grpc-conns 1..256, "
+                 "--wrk-conns 1..1024, "
                  "--idle-conns 1..60000, "
                  "--refine 0..5, --drain 0..60")
     if args.base is not None and not (args.compare and (args.base / "otel_ebpf").is_dir()):
@@ -1022,7 +1051,9 @@ def main() -> int:
     if args.profile and not (VENV_BIN / "py-spy").exists():
         ap.error("--profile needs py-spy in the venv: .venv/bin/pip install py-spy")
     os.sched_setaffinity(0, {args.peer_cpu})  # this script and every peer it starts
-    parts = ("http", "sse", "grpc", "idle") if args.part == "all" else (args.part,)
+    if args.part in ("wrk", "all") and shutil.which("wrk") is None:
+        ap.error("the wrk part needs wrk (make install puts it in: apt package wrk)")
+    parts = ("http", "sse", "grpc", "wrk", "idle") if args.part == "all" else (args.part,)
     command = shlex.join(["sudo", ".venv/bin/python", "bench/agent_capacity.py", *sys.argv[1:]])
     lines = [f"`{command}`", ""]
     today = datetime.date.today().isoformat()
@@ -1065,6 +1096,18 @@ def main() -> int:
                 f"### gRPC unary calls: capacity of the agent on one core ({today}, grpcio "
                 f"client and server, {args.grpc_conns} channels, one call in flight on each, "
                 "open loop)", steps, args, sse=False)
+            lines.append("")
+        if "wrk" in parts and args.compare:
+            lines += compare_wrk(args, today)
+            lines.append("")
+        elif "wrk" in parts:
+            print(f"wrk: FastAPI for {args.seconds:g} s...", file=sys.stderr)
+            steps = [wrk_step(args, args.profile)]
+            lines += steps_table(
+                f"### FastAPI under wrk: the agent's CPU per request on one core ({today}, "
+                f"`async def` endpoint, uvicorn one worker, `wrk -t 1 -c {args.wrk_conns}` "
+                "closed loop, both on the peers' core; offered = achieved)", steps, args,
+                sse=False)
             lines.append("")
         if "idle" in parts:
             print(f"idle: {args.idle_conns} connections...", file=sys.stderr)
