@@ -75,9 +75,59 @@ fail:
 	return NULL;
 }
 
+/* Connection keys and thread ids recur record after record (a stream's records come from a
+ * few connections and threads): the last ones made are kept, direct-mapped, and handed out
+ * again while their values match. Tuples and ints are immutable, so sharing one is as good
+ * as a new one; it saves the allocations of a record (a key is a tuple and up to three
+ * ints), their frees after it, and lets dict look-ups by key match on identity. */
+#define KEYS_KEPT 256 /* a power of two */
+#define TIDS_KEPT 64  /* a power of two */
+
+static struct kept_key {
+	__u32 pid;
+	__s32 fd;
+	__u64 gen;
+	PyObject *key;
+} kept_keys[KEYS_KEPT];
+
+static struct kept_tid {
+	__u32 tid;
+	PyObject *value;
+} kept_tids[TIDS_KEPT];
+
 static PyObject *key_of(const struct conn_key *k)
 {
-	return Py_BuildValue("(IiK)", k->pid, k->fd, (unsigned long long)k->gen);
+	struct kept_key *slot =
+		&kept_keys[(k->pid * 2654435761u ^ (__u32)k->fd * 40503u) & (KEYS_KEPT - 1)];
+	if (slot->key && slot->pid == k->pid && slot->fd == k->fd && slot->gen == k->gen) {
+		Py_INCREF(slot->key);
+		return slot->key;
+	}
+	PyObject *key = Py_BuildValue("(IiK)", k->pid, k->fd, (unsigned long long)k->gen);
+	if (!key)
+		return NULL;
+	Py_INCREF(key);
+	Py_XSETREF(slot->key, key);
+	slot->pid = k->pid;
+	slot->fd = k->fd;
+	slot->gen = k->gen;
+	return key;
+}
+
+static PyObject *tid_of(__u32 tid)
+{
+	struct kept_tid *slot = &kept_tids[tid & (TIDS_KEPT - 1)];
+	if (slot->value && slot->tid == tid) {
+		Py_INCREF(slot->value);
+		return slot->value;
+	}
+	PyObject *value = PyLong_FromUnsignedLong(tid);
+	if (!value)
+		return NULL;
+	Py_INCREF(value);
+	Py_XSETREF(slot->value, value);
+	slot->tid = tid;
+	return value;
 }
 
 static PyObject *slice(const unsigned char *rec, size_t size, size_t from, size_t to)
@@ -113,7 +163,7 @@ static PyObject *decode_data(const unsigned char *rec, size_t size)
 	Py_INCREF(tls);
 	PyObject *items[13] = {
 		key_of(&ev.key),
-		PyLong_FromUnsignedLong(ev.hdr.tid),
+		tid_of(ev.hdr.tid),
 		PyLong_FromUnsignedLongLong(ev.hdr.ts_ns),
 		PyLong_FromUnsignedLongLong(ev.exit_ns),
 		direction,

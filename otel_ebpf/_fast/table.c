@@ -99,18 +99,19 @@ static int after_step(PyObject *conn, PyObject *const *e, PyObject *touched, PyO
 	PyObject *end = PyNumber_Add(e[E_POS], e[E_LEN]);
 	if (!end)
 		return -1;
-	PyObject *fields = PyTuple_Pack(5, key, e[E_POS], end, e[E_EXIT], e[E_TASK]);
-	Py_DECREF(end);
-	if (!fields)
+	/* LastRead(key, pos, end, ns, context), made as tuple.__new__ would fill it: one
+	 * allocation, no argument tuples (a read of every ingress record) */
+	PyObject *read = last_read_type->tp_alloc(last_read_type, 5);
+	if (!read) {
+		Py_DECREF(end);
 		return -1;
-	PyObject *targs = PyTuple_Pack(1, fields); /* tuple.__new__(LastRead, fields) */
-	Py_DECREF(fields);
-	if (!targs)
-		return -1;
-	PyObject *read = PyTuple_Type.tp_new(last_read_type, targs, NULL);
-	Py_DECREF(targs);
-	if (!read)
-		return -1;
+	}
+	PyObject *items[5] = {key, e[E_POS], end, e[E_EXIT], e[E_TASK]};
+	for (int k = 0; k < 5; k++) {
+		if (k != 2)
+			Py_INCREF(items[k]);
+		PyTuple_SET_ITEM(read, k, items[k]); /* `end`'s reference moves in */
+	}
 	int err = PyObject_SetItem(last_read, e[E_TID], read);
 	Py_DECREF(read);
 	if (err || move_to_end(last_read, e[E_TID]))
