@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -156,6 +156,17 @@ class Measurement:
     attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Measurements:
+    """Several values for one declared instrument with the same attributes, recorded as a
+    Measurement each, in order (an LLM stream's gap between each two chunks): one object
+    where a Measurement per value would be made, read and freed for every chunk."""
+
+    instrument: str
+    values: Sequence[float]
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+
+
 @dataclass(slots=True, kw_only=True)
 class NeutralSpan:
     """A span before OpenTelemetry: kernel times, no IDs yet (correlate/ assigns them)."""
@@ -187,7 +198,7 @@ class NeutralSpan:
     message_id: str = ""
     # values for the histograms the parser or layer declares (`instruments`), recorded
     # against the span's process when the span is emitted
-    measurements: list[Measurement] = field(default_factory=list)
+    measurements: list[Measurement | Measurements] = field(default_factory=list)
     # set by the export pipeline (spans/convert.py: ready): the process's Resource and the
     # start as wall-clock time; the exporters encode the span from these and the rest
     resource: Any = None

@@ -26,7 +26,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 
 from otel_ebpf.export.metrics_send import MetricsSender
-from otel_ebpf.protocols.base import AttributeValue, Instrument, NeutralSpan
+from otel_ebpf.protocols.base import AttributeValue, Instrument, Measurements, NeutralSpan
 from otel_ebpf.spans.convert import SCOPE, resource_for
 from otel_ebpf.spans.resources import ProcessResources
 from otel_ebpf.telemetry import Stats
@@ -224,9 +224,16 @@ class SpanMetrics:
                 while i < n:
                     first = measurements[i]
                     name, attributes = first.instrument, first.attributes
+                    if type(first) is Measurements:  # a run made as one
+                        if first.values:
+                            self._add_run(resource, name, attributes, list(first.values),
+                                          now_ns, keys, dropped)
+                        i += 1
+                        continue
                     j = i + 1
                     while (j < n and measurements[j].attributes is attributes
-                           and measurements[j].instrument == name):
+                           and measurements[j].instrument == name
+                           and type(measurements[j]) is not Measurements):
                         j += 1
                     self._add_run(resource, name, attributes,
                                   [m.value for m in measurements[i:j]], now_ns, keys, dropped)

@@ -49,16 +49,17 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any
+from itertools import repeat
+from operator import sub, truediv
 
 from ..base import (
     AttributeValue,
     Instrument,
     Measurement,
+    Measurements,
     NeutralSpan,
     SpanKind,
     StatusCode,
-    positional_maker,
 )
 from ..layers import HTTPExchange
 from . import content
@@ -147,8 +148,6 @@ MAX_CHUNK_MEASUREMENTS = 4096  # per span: one per chunk gap, as semconv asks, b
 NS = 1e9
 
 Attributes = dict[str, AttributeValue]
-# one Measurement per chunk gap on a client span: made without the frozen __init__
-_new_measurement = positional_maker(Measurement, ("instrument", "value", "attributes"))
 
 
 @functools.lru_cache(maxsize=1024)  # a host's answer, once: it is asked for every call
@@ -166,47 +165,58 @@ def provider(host: str, configured: str | None, dialect: str) -> str:
 def _request_attributes(
     route: Route, request: RequestInfo, streamed: bool, attrs: Attributes
 ) -> None:
-    values: dict[str, Any] = {
-        "gen_ai.request.model": request.model,
-        "gen_ai.request.max_tokens": request.max_tokens,
-        "gen_ai.request.temperature": request.temperature,
-        "gen_ai.request.top_p": request.top_p,
-    }
+    # each set only when known, in this order (the order they are exported in)
+    if request.model is not None:
+        attrs["gen_ai.request.model"] = request.model
+    if request.max_tokens is not None:
+        attrs["gen_ai.request.max_tokens"] = request.max_tokens
+    if request.temperature is not None:
+        attrs["gen_ai.request.temperature"] = request.temperature
+    if request.top_p is not None:
+        attrs["gen_ai.request.top_p"] = request.top_p
     if request.choice_count is not None and request.choice_count != 1:  # semconv: only if != 1
-        values["gen_ai.request.choice.count"] = request.choice_count
+        attrs["gen_ai.request.choice.count"] = request.choice_count
     if request.stream or streamed:  # semconv: set if and only if the request streams
-        values["gen_ai.request.stream"] = True
+        attrs["gen_ai.request.stream"] = True
     if route.operation == EMBEDDINGS:
-        values["gen_ai.request.encoding_formats"] = request.encoding_formats
-        values["gen_ai.embeddings.dimension.count"] = request.dimensions
-    attrs.update({k: v for k, v in values.items() if v is not None})
+        if request.encoding_formats is not None:
+            attrs["gen_ai.request.encoding_formats"] = request.encoding_formats
+        if request.dimensions is not None:
+            attrs["gen_ai.embeddings.dimension.count"] = request.dimensions
 
 
 def _response_attributes(response: ResponseInfo, provider_name: str, attrs: Attributes) -> None:
-    values: dict[str, Any] = {
-        "gen_ai.response.id": response.id,
-        "gen_ai.response.model": response.model,
-        "gen_ai.usage.input_tokens": response.total_input_tokens,
-        "gen_ai.usage.output_tokens": response.output_tokens,
-        # detail counts only when non-zero: most responses carry zeros for all of them
-        "gen_ai.usage.cache_read.input_tokens": response.cache_read_tokens or None,
-        "gen_ai.usage.cache_creation.input_tokens": response.cache_creation_tokens or None,
-        "gen_ai.usage.reasoning.output_tokens": response.reasoning_tokens or None,
-    }
+    # each set only when known, in this order (the order they are exported in)
+    if response.id is not None:
+        attrs["gen_ai.response.id"] = response.id
+    if response.model is not None:
+        attrs["gen_ai.response.model"] = response.model
+    if (count := response.total_input_tokens) is not None:
+        attrs["gen_ai.usage.input_tokens"] = count
+    if response.output_tokens is not None:
+        attrs["gen_ai.usage.output_tokens"] = response.output_tokens
+    # detail counts only when non-zero: most responses carry zeros for all of them
+    if response.cache_read_tokens:
+        attrs["gen_ai.usage.cache_read.input_tokens"] = response.cache_read_tokens
+    if response.cache_creation_tokens:
+        attrs["gen_ai.usage.cache_creation.input_tokens"] = response.cache_creation_tokens
+    if response.reasoning_tokens:
+        attrs["gen_ai.usage.reasoning.output_tokens"] = response.reasoning_tokens
     if response.finish_reasons:
-        values["gen_ai.response.finish_reasons"] = [
-            response.finish_reasons[i] for i in sorted(response.finish_reasons)
-        ]
+        reasons = response.finish_reasons
+        attrs["gen_ai.response.finish_reasons"] = [reasons[i] for i in sorted(reasons)]
     if provider_name == "openai":  # openai.* attributes go with that provider only
-        values["openai.response.service_tier"] = response.service_tier
-        values["openai.response.system_fingerprint"] = response.system_fingerprint
+        if response.service_tier is not None:
+            attrs["openai.response.service_tier"] = response.service_tier
+        if response.system_fingerprint is not None:
+            attrs["openai.response.system_fingerprint"] = response.system_fingerprint
     if response.dropped:
-        values[CHUNKS_LOST] = response.dropped
+        attrs[CHUNKS_LOST] = response.dropped
     if response.tool_names:
-        values[TOOL_CALL_COUNT] = len(response.tool_names)
+        attrs[TOOL_CALL_COUNT] = len(response.tool_names)
         names = [name for name in response.tool_names.values() if name][:MAX_TOOL_NAMES]
-        values[TOOL_CALL_NAMES] = names or None
-    attrs.update({k: v for k, v in values.items() if v is not None})
+        if names:
+            attrs[TOOL_CALL_NAMES] = names
 
 
 class Timing:
@@ -224,9 +234,7 @@ class Timing:
         if not (response.streamed and times):
             return
         self.first = max(times[0] - base, 0) / NS
-        self.gaps = [
-            (later - earlier) / NS for earlier, later in zip(times, times[1:], strict=False)
-        ]
+        self.gaps = list(map(truediv, map(sub, times[1:], times), repeat(NS)))  # later - earlier
         tokens, self.source = (
             (response.output_tokens, "usage") if response.output_tokens else (len(times), "chunks")
         )
@@ -272,7 +280,7 @@ def _client_measurements(
     timing: Timing,
     common: Attributes,
     with_error: Attributes,
-) -> list[Measurement]:
+) -> list[Measurement | Measurements]:
     out = [Measurement(CLIENT_DURATION, (span.end_ns - span.start_ns) / NS, with_error)]
     for kind, count in (("input", response.total_input_tokens), ("output", response.output_tokens)):
         if count is not None:
@@ -281,10 +289,8 @@ def _client_measurements(
             )
     if timing.first is not None:
         out.append(Measurement(CLIENT_TTFC, timing.first, common))
-        out += [
-            _new_measurement(CLIENT_TPOC, gap, common)
-            for gap in timing.gaps[:MAX_CHUNK_MEASUREMENTS]
-        ]
+        if timing.gaps:  # one value per chunk gap, as semconv asks: one object for them all
+            out.append(Measurements(CLIENT_TPOC, timing.gaps[:MAX_CHUNK_MEASUREMENTS], common))
     return out
 
 
@@ -294,7 +300,7 @@ def _server_measurements(
     timing: Timing,
     common: Attributes,
     with_error: Attributes,
-) -> list[Measurement]:
+) -> list[Measurement | Measurements]:
     out = [Measurement(SERVER_DURATION, (span.end_ns - span.start_ns) / NS, with_error)]
     if "error.type" in with_error:  # time to first token and per token: successful ones only
         return out

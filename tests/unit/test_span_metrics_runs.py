@@ -1,13 +1,21 @@
 """SpanMetrics.record finds the series of a run of measurements (one instrument, one
-attributes dict) once and a dict's sorted key once per call: held to its reference, one
-measurement at a time through SpanMetrics._add, on drawn spans."""
+attributes dict; or a Measurements, a run made as one object) once and a dict's sorted key
+once per call: held to its reference, one value at a time through SpanMetrics._add, on
+drawn spans."""
 
 import math
 import random
 
 import pytest
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
-from otel_ebpf.protocols.base import ConnInfo, Measurement, NeutralSpan, Role, SpanKind
+from otel_ebpf.protocols.base import (
+    ConnInfo,
+    Measurement,
+    Measurements,
+    NeutralSpan,
+    Role,
+    SpanKind,
+)
 
 from otel_ebpf.export import span_metrics as sm
 from otel_ebpf.export.span_metrics import SpanMetrics
@@ -50,9 +58,13 @@ def _draw_spans(rng: random.Random) -> list[NeutralSpan]:
         measurements = []
         for _ in range(rng.randint(0, 5)):
             name, attrs = rng.choice(NAMES), rng.choice(dicts)
-            # runs of one instrument and one dict, as an LLM span's per-chunk gaps
-            for _ in range(rng.choice((1, 1, 2, 31))):
-                measurements.append(Measurement(name, rng.choice(VALUES), attrs))
+            # runs of one instrument and one dict, as an LLM span's per-chunk gaps: one
+            # Measurement each, or all in one Measurements (empty ones too)
+            values = [rng.choice(VALUES) for _ in range(rng.choice((0, 1, 1, 2, 31)))]
+            if rng.random() < 0.3:
+                measurements.append(Measurements(name, values, attrs))
+            else:
+                measurements += [Measurement(name, value, attrs) for value in values]
         spans.append(NeutralSpan(name="chat m-7b", kind=SpanKind.CLIENT, start_ns=1, end_ns=2,
                                  conn=conn, measurements=measurements))
     return spans
@@ -78,9 +90,11 @@ def _reference_record(metrics: SpanMetrics, spans: list[NeutralSpan]) -> None:
         for s in pending:
             resource = resources.get(s.pid)
             for m in s.measurements:
-                reason = metrics._add(resource, m.instrument, m.value, m.attributes, 1)
-                if reason:
-                    dropped[reason] = dropped.get(reason, 0) + 1
+                values = m.values if isinstance(m, Measurements) else [m.value]
+                for value in values:
+                    reason = metrics._add(resource, m.instrument, value, m.attributes, 1)
+                    if reason:
+                        dropped[reason] = dropped.get(reason, 0) + 1
     for reason, n in dropped.items():
         metrics._stats.add("metrics.measurements_dropped", n, reason=reason)
 
