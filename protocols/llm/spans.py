@@ -60,6 +60,7 @@ from ..base import (
     NeutralSpan,
     SpanKind,
     StatusCode,
+    positional_maker,
 )
 from ..layers import HTTPExchange
 from . import content
@@ -148,6 +149,9 @@ MAX_CHUNK_MEASUREMENTS = 4096  # per span: one per chunk gap, as semconv asks, b
 NS = 1e9
 
 Attributes = dict[str, AttributeValue]
+# a span's Measurements made without the frozen dataclass's __init__ (its __setattr__ per
+# field): every LLM span makes three or four
+_measurement = positional_maker(Measurement, ("instrument", "value", "attributes"))
 
 
 @functools.lru_cache(maxsize=1024)  # a host's answer, once: it is asked for every call
@@ -281,14 +285,14 @@ def _client_measurements(
     common: Attributes,
     with_error: Attributes,
 ) -> list[Measurement | Measurements]:
-    out = [Measurement(CLIENT_DURATION, (span.end_ns - span.start_ns) / NS, with_error)]
+    out = [_measurement(CLIENT_DURATION, (span.end_ns - span.start_ns) / NS, with_error)]
     for kind, count in (("input", response.total_input_tokens), ("output", response.output_tokens)):
         if count is not None:
             out.append(
-                Measurement(CLIENT_TOKEN_USAGE, count, {**common, "gen_ai.token.type": kind})
+                _measurement(CLIENT_TOKEN_USAGE, count, {**common, "gen_ai.token.type": kind})
             )
     if timing.first is not None:
-        out.append(Measurement(CLIENT_TTFC, timing.first, common))
+        out.append(_measurement(CLIENT_TTFC, timing.first, common))
         if timing.gaps:  # one value per chunk gap, as semconv asks: one object for them all
             out.append(Measurements(CLIENT_TPOC, timing.gaps[:MAX_CHUNK_MEASUREMENTS], common))
     return out
@@ -301,13 +305,13 @@ def _server_measurements(
     common: Attributes,
     with_error: Attributes,
 ) -> list[Measurement | Measurements]:
-    out = [Measurement(SERVER_DURATION, (span.end_ns - span.start_ns) / NS, with_error)]
+    out = [_measurement(SERVER_DURATION, (span.end_ns - span.start_ns) / NS, with_error)]
     if "error.type" in with_error:  # time to first token and per token: successful ones only
         return out
     if timing.first is not None:
-        out.append(Measurement(SERVER_TTFT, timing.first, common))
+        out.append(_measurement(SERVER_TTFT, timing.first, common))
     if timing.per_token is not None:
-        out.append(Measurement(SERVER_TPOT, timing.per_token, common))
+        out.append(_measurement(SERVER_TPOT, timing.per_token, common))
     return out
 
 

@@ -23,6 +23,7 @@ from otel_ebpf.correlate import joiner
 parse = importlib.import_module("otel_ebpf.protocols.http1.parse")
 spans = importlib.import_module("otel_ebpf.protocols.http1.spans")
 stitch = importlib.import_module("otel_ebpf.protocols.http1.stitch")
+llm_spans = importlib.import_module("otel_ebpf.protocols.llm.spans")
 h2parse = importlib.import_module("otel_ebpf.protocols.http2.parse")
 h2spans = importlib.import_module("otel_ebpf.protocols.http2.spans")
 h2stitch = importlib.import_module("otel_ebpf.protocols.http2.stitch")
@@ -44,8 +45,7 @@ MAKERS = [
     (parse._whole_request, parse.HTTPRequest), (parse._whole_response, parse.HTTPResponse),
     (spans._new_span, NeutralSpan), (stitch._new_record, stitch.HTTPRecord),
     (joiner._new_request, joiner.Request),
-    # frozen: set past its __setattr__
-    (positional_maker(Measurement, ("instrument", "value", "attributes")), Measurement),
+    (llm_spans._measurement, Measurement),  # frozen: set past its __setattr__
     (h2spans._new_span, NeutralSpan), (h2stitch._new_record, h2stitch.H2Record),
 ]
 # classes with a __post_init__ whose fields the caller passes (post_init_sets)
