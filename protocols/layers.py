@@ -71,6 +71,9 @@ class Body:
 
     def contiguous(self) -> bytes:
         """The body's bytes from offset 0 up to the first gap (all of it when complete)."""
+        pieces = self.pieces
+        if len(pieces) == 1 and pieces[0].offset == 0 and type(pieces[0].data) is bytes:
+            return pieces[0].data  # a body in one piece (most requests): no copy
         out = bytearray()
         for piece in self.pieces:
             if piece.offset != len(out):

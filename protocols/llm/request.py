@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from ..base import positional_maker
 from ..layers import Body
 from . import scan
 from .endpoints import ANTHROPIC, BEDROCK, GEMINI, OLLAMA, OPENAI, Route
@@ -60,6 +61,11 @@ class RequestInfo:
     encoding_formats: list[str] | None = None
     dimensions: int | None = None
     document: dict[str, Any] | None = None  # the parsed body, when whole (content capture)
+
+
+_new_info = positional_maker(RequestInfo, (
+    "model", "stream", "max_tokens", "temperature", "top_p", "choice_count", "include_usage",
+    "encoding_formats", "dimensions", "document"))
 
 
 def read_request(body: Body | None, route: Route) -> RequestInfo:
@@ -153,26 +159,30 @@ def _from_document(doc: dict[str, Any], route: Route) -> RequestInfo:
     settings = doc.get("options") if route.dialect == OLLAMA else doc
     if not isinstance(settings, dict):
         settings = {}
-    info = RequestInfo(document=doc)
     model = doc.get("model")
-    info.model = model if isinstance(model, str) and model else None
     stream = doc.get("stream")
-    info.stream = stream if isinstance(stream, bool) else None
+    max_tokens = None
     for key in _max_token_keys(route):
-        info.max_tokens = _int(settings.get(key))
-        if info.max_tokens is not None:
+        max_tokens = _int(settings.get(key))
+        if max_tokens is not None:
             break
-    info.temperature = _float(settings.get("temperature"))
-    info.top_p = _float(settings.get("top_p"))
-    info.choice_count = _int(doc.get("n"))
     options = doc.get("stream_options")
-    if isinstance(options, dict) and isinstance(options.get("include_usage"), bool):
-        info.include_usage = options["include_usage"]
+    include_usage = options["include_usage"] if isinstance(options, dict) \
+        and isinstance(options.get("include_usage"), bool) else None
     encoding = doc.get("encoding_format")
-    if isinstance(encoding, str):
-        info.encoding_formats = [encoding]
-    info.dimensions = _int(doc.get("dimensions"))
-    return info
+    # every LLM span reads its request: made in one call, not field by field
+    return _new_info(
+        model if isinstance(model, str) and model else None,
+        stream if isinstance(stream, bool) else None,
+        max_tokens,
+        _float(settings.get("temperature")),
+        _float(settings.get("top_p")),
+        _int(doc.get("n")),
+        include_usage,
+        [encoding] if isinstance(encoding, str) else None,
+        _int(doc.get("dimensions")),
+        doc,
+    )
 
 
 def _from_scan(head: bytes, tail: bytes, route: Route) -> RequestInfo:

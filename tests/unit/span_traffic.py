@@ -16,7 +16,7 @@ import json
 import random
 import sys
 
-from otel_ebpf.protocols.base import Direction, Role
+from otel_ebpf.protocols.base import Direction, Measurement, Measurements, Role
 from otel_ebpf.protocols.registry import Registry
 
 from otel_ebpf.conntrack.table import ConnTable
@@ -203,7 +203,8 @@ EXPORT_FIELDS = frozenset({"resource", "wall_ns", "trace_state"})
 
 
 def plain(spans: list) -> list:
-    """Spans as JSON-able data, IDs by first appearance, attributes in their order."""
+    """Spans as JSON-able data, IDs by first appearance, attributes in their order; a
+    Measurements as the Measurement of each of its values, as span metrics record it."""
     ids: dict[bytes, str] = {}
 
     def ident(value: bytes) -> str:
@@ -219,7 +220,13 @@ def plain(spans: list) -> list:
         if isinstance(value, dict):
             return [[k, type(v).__name__, data(v)] for k, v in value.items()]
         if isinstance(value, (list, tuple)):
-            return [data(v) for v in value]
+            out = []
+            for v in value:
+                if isinstance(v, Measurements):  # recorded as a Measurement per value
+                    out += [data(Measurement(v.instrument, x, v.attributes)) for x in v.values]
+                else:
+                    out.append(data(v))
+            return out
         if dataclasses.is_dataclass(value):
             return {f.name: data(getattr(value, f.name)) for f in dataclasses.fields(value)
                     if f.name not in EXPORT_FIELDS}
