@@ -106,6 +106,24 @@ def _registered(target) -> Callable[[bytes], None]:
     return one
 
 
+def fuzz_script(fdp, pieces: list[bytes], ticks: bool = False) -> tuple:
+    """A connection's role, whether it is seen midstream, a script of syscalls (direction,
+    captured bytes, bytes lost before them[, a clock tick after them]) and whether it ends
+    closed, drawn from the fuzzer's bytes in that order (a corpus keeps its meaning)."""
+    role = (Role.CLIENT, Role.SERVER)[fdp.ConsumeIntInRange(0, 1)]
+    midstream = fdp.ConsumeBool()
+    script = []
+    for _ in range(fdp.ConsumeIntInRange(0, MAX_STEPS)):
+        if fdp.remaining_bytes() == 0:
+            break
+        direction = (Direction.EGRESS, Direction.INGRESS)[fdp.ConsumeIntInRange(0, 1)]
+        captured = fuzz_chunk(fdp, pieces)
+        gap = GAPS[fdp.ConsumeIntInRange(0, len(GAPS) - 1)] if fdp.ConsumeProbability() < 0.1 else 0
+        step = (direction, captured, gap)
+        script.append((*step, fdp.ConsumeProbability() < 0.05) if ticks else step)
+    return role, midstream, script, fdp.ConsumeBool()
+
+
 def _http1_differential(pieces: list[bytes]) -> Callable[[bytes], None]:
     """The compiled HTTP/1 heads and syscall steps (otel_ebpf/_fast/http1.c, conn.c)
     against llhttp and Connection.on_data: one script of syscalls fed to two connections,
@@ -115,17 +133,7 @@ def _http1_differential(pieces: list[bytes]) -> Callable[[bytes], None]:
 
     def one(data: bytes, totals: Totals) -> None:
         fdp = atheris.FuzzedDataProvider(data)
-        role = (Role.CLIENT, Role.SERVER)[fdp.ConsumeIntInRange(0, 1)]
-        midstream = fdp.ConsumeBool()
-        script = []
-        for _ in range(fdp.ConsumeIntInRange(0, MAX_STEPS)):
-            if fdp.remaining_bytes() == 0:
-                break
-            direction = (Direction.EGRESS, Direction.INGRESS)[fdp.ConsumeIntInRange(0, 1)]
-            captured = fuzz_chunk(fdp, pieces)
-            gap = GAPS[fdp.ConsumeIntInRange(0, len(GAPS) - 1)] if fdp.ConsumeProbability() < 0.1 else 0
-            script.append((direction, captured, gap))
-        close = fdp.ConsumeBool()
+        role, midstream, script, close = fuzz_script(fdp, pieces)
         drivers = []
         for compiled in (True, False):
             driver = ConnectionDriver(parser, conn_info(role), midstream=midstream)
@@ -193,17 +201,7 @@ def _http2_differential(pieces: list[bytes]) -> Callable[[bytes], None]:
 
     def one(data: bytes, totals: Totals) -> None:
         fdp = atheris.FuzzedDataProvider(data)
-        role = (Role.CLIENT, Role.SERVER)[fdp.ConsumeIntInRange(0, 1)]
-        midstream = fdp.ConsumeBool()
-        script = []
-        for _ in range(fdp.ConsumeIntInRange(0, MAX_STEPS)):
-            if fdp.remaining_bytes() == 0:
-                break
-            direction = (Direction.EGRESS, Direction.INGRESS)[fdp.ConsumeIntInRange(0, 1)]
-            captured = fuzz_chunk(fdp, pieces)
-            gap = GAPS[fdp.ConsumeIntInRange(0, len(GAPS) - 1)] if fdp.ConsumeProbability() < 0.1 else 0
-            script.append((direction, captured, gap, fdp.ConsumeProbability() < 0.05))
-        close = fdp.ConsumeBool()
+        role, midstream, script, close = fuzz_script(fdp, pieces, ticks=True)
         fast, fast_spans = run(compiled, True, role, midstream, script, close)
         slow, slow_spans = run(reference, False, role, midstream, script, close)
         h2stitch.COMPILED = h2spans.COMPILED = True

@@ -73,14 +73,6 @@ static void fixed64(Buf *b, uint64_t v)
 	put(b, tmp, 8);
 }
 
-static void be(Buf *b, uint64_t v, int n)
-{
-	unsigned char tmp[8];
-	for (int i = 0; i < n; i++)
-		tmp[i] = (unsigned char)(v >> (8 * (n - 1 - i)));
-	put(b, tmp, n);
-}
-
 /* A length-delimited field whose payload is written by the caller after this: the length
  * is not known yet, so a 5-byte gap is left and closed by end_field (the bytes are then
  * moved to take the varint's real size, as Python's tag + varint(len) + payload does). */
