@@ -610,6 +610,34 @@ done:
 	return result;
 }
 
+/* The stream holds nothing buffered, queued or timed: every byte it was given is parsed. */
+static int stream_empty(PyObject *stream)
+{
+	return held(slot_get(stream, &stream_slots[S_BUF])) == 0 &&
+	       held(slot_get(stream, &stream_slots[S_QUEUE])) == 0 &&
+	       held(slot_get(stream, &stream_slots[S_TIMES])) == 0;
+}
+
+/* One direction's tracker state (borrowed): its pending frames, the frame begun, where
+ * finished frames go (the parser state's list, the connection's frames_out or None). */
+struct side {
+	PyObject *pending, *frame_start, *frames, *out;
+};
+
+/* 1 when the direction is in step (not resyncing) and its state has the types the steps
+ * here take, 0 otherwise (on_data's then) */
+static int read_side(PyObject *conn, PyObject *state, long d, struct side *s)
+{
+	PyObject *resync = item_of(slot_get(conn, &conn_slots[C_RESYNC]), d);
+	s->pending = item_of(slot_get(conn, &conn_slots[C_PENDING]), d);
+	s->frame_start = item_of(slot_get(conn, &conn_slots[C_FRAME_START]), d);
+	s->out = slot_get(conn, &conn_slots[C_FRAMES_OUT]);
+	s->frames = item_of(slot_get(state, &state_frames), d);
+	return resync == Py_False && s->pending && PyList_Check(s->pending) && s->frame_start &&
+	       s->out && (s->out == Py_None || PyList_Check(s->out)) && s->frames &&
+	       PyList_Check(s->frames);
+}
+
 /* ---- the bytes of a body skipped by length ----------------------------------------------
  *
  * A parser that ends a message's frame at its head, its body skipped by length (HTTP/1's
@@ -631,19 +659,11 @@ static int skipped_body(PyObject *conn, PyObject *stream, PyObject *state, PyObj
 	int cont = PyObject_RichCompareBool(pos, known_end, Py_EQ);
 	if (cont <= 0)
 		return cont;
-	if (held(slot_get(stream, &stream_slots[S_BUF])) != 0 ||
-	    held(slot_get(stream, &stream_slots[S_QUEUE])) != 0 ||
-	    held(slot_get(stream, &stream_slots[S_TIMES])) != 0)
+	struct side side;
+	if (!stream_empty(stream) || !read_side(conn, state, d, &side) ||
+	    PyList_GET_SIZE(side.pending) != 1 || side.frame_start != Py_None)
 		return 0;
-	PyObject *pending = item_of(slot_get(conn, &conn_slots[C_PENDING]), d);
-	PyObject *resync = item_of(slot_get(conn, &conn_slots[C_RESYNC]), d);
-	PyObject *frame_start = item_of(slot_get(conn, &conn_slots[C_FRAME_START]), d);
-	PyObject *out = slot_get(conn, &conn_slots[C_FRAMES_OUT]);
-	PyObject *frames = item_of(slot_get(state, &state_frames), d);
-	if (!pending || !PyList_Check(pending) || PyList_GET_SIZE(pending) != 1 ||
-	    resync != Py_False || frame_start != Py_None || !out ||
-	    (out != Py_None && !PyList_Check(out)) || !frames || !PyList_Check(frames))
-		return 0;
+	PyObject *pending = side.pending, *frames = side.frames, *out = side.out;
 	PyObject *entry = PyList_GET_ITEM(pending, 0);
 	if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2 ||
 	    !PyLong_CheckExact(PyTuple_GET_ITEM(entry, 1)))
@@ -740,21 +760,14 @@ static PyObject *data(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 		Py_RETURN_FALSE;
 	}
 	/* pos == stream.head, every byte captured, the stream holding nothing */
-	if (past || !at || n <= 0 || PyBytes_GET_SIZE(payload) != n ||
-	    held(slot_get(stream, &stream_slots[S_BUF])) != 0 ||
-	    held(slot_get(stream, &stream_slots[S_QUEUE])) != 0 ||
-	    held(slot_get(stream, &stream_slots[S_TIMES])) != 0)
+	struct side side;
+	if (past || !at || n <= 0 || PyBytes_GET_SIZE(payload) != n || !stream_empty(stream) ||
+	    !read_side(conn, state, d, &side) || PyList_GET_SIZE(side.pending) != 0)
 		Py_RETURN_FALSE;
-	PyObject *resync = item_of(slot_get(conn, &conn_slots[C_RESYNC]), d);
-	PyObject *frame_start = item_of(slot_get(conn, &conn_slots[C_FRAME_START]), d);
-	PyObject *pending = item_of(slot_get(conn, &conn_slots[C_PENDING]), d);
 	PyObject *tcp = slot_get(conn, &conn_slots[C_TCP]);
-	PyObject *out = slot_get(conn, &conn_slots[C_FRAMES_OUT]);
-	PyObject *frames = item_of(slot_get(state, &state_frames), d);
-	if (resync != Py_False || !frame_start || held(pending) != 0 || !tcp ||
-	    !PyBool_Check(tcp) || !out || (out != Py_None && !PyList_Check(out)) || !frames ||
-	    !PyList_Check(frames))
+	if (!tcp || !PyBool_Check(tcp))
 		Py_RETURN_FALSE;
+	PyObject *frame_start = side.frame_start, *out = side.out, *frames = side.frames;
 	/* inside a message: a body piece, or on_data's (a stepped parser's step takes both) */
 	if (frame_start != Py_None && whole != Py_None)
 		return piece(conn, stream, state, direction, pos, msg_len, payload, start_ns,
