@@ -328,6 +328,7 @@ static PyObject *head(PyObject *self, PyObject *args)
 /* set by setup(): the frame makers, Sent, the unknown request, first_wanting, SENT_LIMIT,
  * and the classes whose objects whole() reads by slot */
 static PyObject *make_request, *make_response, *sent_type, *unknown_request, *first_wanting;
+static PyObject *make_kept_request, *kept_body; /* a request with the body a layer wants */
 static PyTypeObject *state_type, *stream_type;
 static Py_ssize_t sent_limit;
 static PyObject *mask32, *zero, *one, *connect, *head_method;
@@ -340,10 +341,10 @@ static struct slot stream_body = {"body"}, stream_size = {"size"};
 
 static PyObject *setup(PyObject *self, PyObject *args)
 {
-	PyObject *mr, *mp, *st, *unk, *fw, *state, *stream;
+	PyObject *mr, *mp, *st, *unk, *fw, *state, *stream, *mk, *kb;
 	Py_ssize_t limit;
-	if (!PyArg_ParseTuple(args, "OOO!OOnO!O!", &mr, &mp, &PyType_Type, &st, &unk, &fw, &limit,
-			      &PyType_Type, &state, &PyType_Type, &stream))
+	if (!PyArg_ParseTuple(args, "OOO!OOnO!O!OO", &mr, &mp, &PyType_Type, &st, &unk, &fw,
+			      &limit, &PyType_Type, &state, &PyType_Type, &stream, &mk, &kb))
 		return NULL;
 	if (!PyType_IsSubtype((PyTypeObject *)st, &PyTuple_Type) || !PyTuple_Check(unk) ||
 	    PyTuple_GET_SIZE(unk) != 4) {
@@ -354,9 +355,10 @@ static PyObject *setup(PyObject *self, PyObject *args)
 	    slots_of(stream, &stream_size, 1))
 		return NULL;
 	PyObject **keep[] = {&make_request, &make_response, &sent_type, &unknown_request,
-			     &first_wanting, (PyObject **)&state_type, (PyObject **)&stream_type};
-	PyObject *values[] = {mr, mp, st, unk, fw, state, stream};
-	for (int i = 0; i < 7; i++) {
+			     &first_wanting, (PyObject **)&state_type, (PyObject **)&stream_type,
+			     &make_kept_request, &kept_body};
+	PyObject *values[] = {mr, mp, st, unk, fw, state, stream, mk, kb};
+	for (int i = 0; i < 9; i++) {
 		Py_INCREF(values[i]);
 		Py_XSETREF(*keep[i], values[i]);
 	}
@@ -364,8 +366,8 @@ static PyObject *setup(PyObject *self, PyObject *args)
 	Py_RETURN_NONE;
 }
 
-/* a Sent(index, method, False, None), built as tuple.__new__ builds it */
-static PyObject *new_sent(PyObject *index, PyObject *method)
+/* a Sent(index, method, False, layer), built as tuple.__new__ builds it */
+static PyObject *new_sent(PyObject *index, PyObject *method, PyObject *layer)
 {
 	PyObject *t = ((PyTypeObject *)sent_type)->tp_alloc((PyTypeObject *)sent_type, 4);
 	if (!t)
@@ -373,11 +375,11 @@ static PyObject *new_sent(PyObject *index, PyObject *method)
 	Py_INCREF(index);
 	Py_INCREF(method);
 	Py_INCREF(Py_False);
-	Py_INCREF(Py_None);
+	Py_INCREF(layer);
 	PyTuple_SET_ITEM(t, 0, index);
 	PyTuple_SET_ITEM(t, 1, method);
 	PyTuple_SET_ITEM(t, 2, Py_False);
-	PyTuple_SET_ITEM(t, 3, Py_None);
+	PyTuple_SET_ITEM(t, 3, layer);
 	return t;
 }
 
@@ -435,7 +437,7 @@ static PyObject *whole(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 		Py_RETURN_NONE;
 	}
 	PyObject *result = NULL, *text = NULL, *first = NULL, *index = NULL, *item = NULL;
-	PyObject *body_size = NULL, *consumed = NULL, *seq = NULL;
+	PyObject *body_size = NULL, *consumed = NULL, *seq = NULL, *layer = NULL;
 	Py_INCREF(state); /* held while Python code runs (first_wanting, the maker) */
 	if (!(text = latin1(h.text, h.text_len)) || !(first = first_of(&h, request)))
 		goto error;
@@ -448,13 +450,14 @@ static PyObject *whole(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 		if (PyTuple_GET_SIZE(layers)) {
 			PyObject *call[3] = {layers, first, text};
 			Py_INCREF(layers);
-			PyObject *layer = PyObject_Vectorcall(first_wanting, call, 3, NULL);
+			layer = PyObject_Vectorcall(first_wanting, call, 3, NULL);
 			Py_DECREF(layers);
 			if (!layer)
 				goto error;
-			Py_DECREF(layer);
-			if (layer != Py_None)
-				goto none;
+			if (layer == Py_None)
+				Py_CLEAR(layer);
+			else if (end > len)
+				goto none; /* a body a layer wants, still to come: the general path's */
 			/* first_wanting is Python: the state's slots are read again below */
 			sent = slot_get(state, &state_slots[H_SENT]);
 			if (!sent || !PyList_Check(sent))
@@ -471,7 +474,8 @@ static PyObject *whole(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 		Py_CLEAR(item);
 		if (PyList_GET_SIZE(sent) >= sent_limit && PySequence_DelItem(sent, 0) < 0)
 			goto error;
-		if (!(item = new_sent(index, first)) || PyList_Append(sent, item) < 0)
+		if (!(item = new_sent(index, first, layer ? layer : Py_None)) ||
+		    PyList_Append(sent, item) < 0)
 			goto error;
 		Py_CLEAR(item);
 		if (h.clen >= 0) {
@@ -546,11 +550,25 @@ static PyObject *whole(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 		goto error;
 	/* direction, method|status, target|reason, index, carrier, version, host, user_agent,
 	 * content_type, stream_pos, start_ns, end_ns, tcp_seq, tid, task, size, body_size */
-	PyObject *call[17] = {direction, first, text, index, h.carrier, h.minor ? v11 : v10,
+	PyObject *call[19] = {direction, first, text, index, h.carrier, h.minor ? v11 : v10,
 			      h.vals[0], h.vals[1], h.vals[2], args[3], args[4],
 			      later ? args[5] : args[4], seq, args[7], args[8], consumed,
-			      body_size};
-	result = PyObject_Vectorcall(request ? make_request : make_response, call, 17, NULL);
+			      body_size, layer, NULL};
+	if (!layer) {
+		result = PyObject_Vectorcall(request ? make_request : make_response, call, 17, NULL);
+		goto done;
+	}
+	/* parse.py kept_body(layer, data[head_end:end], start_ns): the body in one piece */
+	PyObject *piece = PyBytes_FromStringAndSize((const char *)buf + h.end, end - h.end);
+	if (!piece)
+		goto error;
+	PyObject *kargs[3] = {layer, piece, args[4]};
+	call[18] = PyObject_Vectorcall(kept_body, kargs, 3, NULL);
+	Py_DECREF(piece);
+	if (!call[18])
+		goto error;
+	result = PyObject_Vectorcall(make_kept_request, call, 19, NULL);
+	Py_DECREF(call[18]);
 	goto done;
 none:
 	result = Py_None;
@@ -568,6 +586,7 @@ done:
 	Py_XDECREF(body_size);
 	Py_XDECREF(consumed);
 	Py_XDECREF(seq);
+	Py_XDECREF(layer);
 	return result;
 }
 
@@ -1161,7 +1180,8 @@ static PyMethodDef http1_methods[] = {
 	 "Body.CHUNKED, layers.Body, BodyPiece, MAX_PIECES): the classes chunks() reads by slot"},
 	{"setup", setup, METH_VARARGS,
 	 "setup(make_request, make_response, Sent, unknown_request, first_wanting, sent_limit, "
-	 "HTTP1State, _Stream): what whole() builds with, and the classes it reads by slot"},
+	 "HTTP1State, _Stream, make_kept_request, kept_body): what whole() builds with, and the "
+	 "classes it reads by slot"},
 	{NULL, NULL, 0, NULL},
 };
 

@@ -521,6 +521,11 @@ _whole_request = positional_maker(HTTPRequest, (
     "direction", "method", "target", "index", "carrier", "version", "host", "user_agent",
     "content_type", "stream_pos", "start_ns", "end_ns", "tcp_seq", "tid", "task", "size",
     "body_size"))
+# a request whose body a layer wants, the body whole in the syscall
+_whole_kept_request = positional_maker(HTTPRequest, (
+    "direction", "method", "target", "index", "carrier", "version", "host", "user_agent",
+    "content_type", "stream_pos", "start_ns", "end_ns", "tcp_seq", "tid", "task", "size",
+    "body_size", "layer", "body"))
 _whole_response = positional_maker(HTTPResponse, (
     "direction", "status", "reason", "index", "carrier", "version", "host", "user_agent",
     "content_type", "stream_pos", "start_ns", "end_ns", "tcp_seq", "tid", "task", "size",
@@ -532,7 +537,8 @@ def whole(direction: Direction, data: bytes, state: HTTP1State, pos: int, start_
     """The usual event in one step: `data`, a syscall's every byte at an empty stream's
     head, is one plain message (a head the compiled parser reads, its body skipped by
     length, no layer wanting it), or such a message's head with none or part of its body
-    (a server that writes the head, then the body). Returns that message's timed frame,
+    (a server that writes the head, then the body), or a request whose body a layer wants
+    with all of that body (an LLM API call). Returns that message's timed frame,
     what parse and the tracker's stamping give it, its `size` running past `data` when
     the rest of its body is still to come (the tracker keeps it pending until that
     byte); None, with nothing changed, for anything else (the general path then runs)."""
@@ -547,22 +553,31 @@ def whole(direction: Direction, data: bytes, state: HTTP1State, pos: int, start_
         if not fast:
             return None
         _, end, method, target, version, carrier, host, agent, ctype, clen = fast
+        head_end = end
         if clen >= 0:
             end += clen
-        if end < len(data) or (state.layers and first_wanting(state.layers, method, target)
-                               is not None):
+        if end < len(data):
             return None
+        layer = first_wanting(state.layers, method, target) if state.layers else None
+        if layer is not None and end > len(data):
+            return None  # a body a layer wants, still to come: the general path reads it
         # _request_head's compiled branch, from here on
         index = state.next_index
         state.next_index = index + 1
         sent = state.sent
         if len(sent) >= SENT_LIMIT:
             del sent[0]
-        sent.append(Sent(index, method, False, None))
-        return _whole_request(
-            direction, method, target, index, carrier, version, host, agent, ctype, pos,
-            start_ns, max(end_ns, start_ns), None if seq is None else seq & 0xFFFFFFFF, tid,
-            task, end, clen if clen >= 0 else None)
+        sent.append(Sent(index, method, False, layer))
+        stamps = (pos, start_ns, max(end_ns, start_ns), None if seq is None else seq & 0xFFFFFFFF,
+                  tid, task, end, clen if clen >= 0 else None)
+        if layer is None:
+            return _whole_request(direction, method, target, index, carrier, version, host,
+                                  agent, ctype, *stamps)
+        # the body (an LLM request's, say) read as _read_length reads it: one piece, timed
+        # by the syscall (the time of its first byte)
+        return _whole_kept_request(direction, method, target, index, carrier, version, host,
+                                   agent, ctype, *stamps, layer,
+                                   kept_body(layer, data[head_end:end], start_ns))
     fast = _fast.http1.head(data, False, kept)
     if not fast:
         return None
@@ -595,6 +610,14 @@ def whole(direction: Direction, data: bytes, state: HTTP1State, pos: int, start_
         end, body_size)
 
 
+def kept_body(layer: HTTPLayer, data: bytes, ns: int) -> BodyCapture:
+    """A body a layer wants, whole: its capture holding `data` as one piece at `ns`."""
+    body = BodyCapture(limit=layer.body_limit)
+    if data:
+        body.add(data, ns)
+    return body
+
+
 _compiled_ready = None  # the compiled module whose whole() was given its pieces
 
 
@@ -604,7 +627,7 @@ def compiled_whole(fast):  # noqa: ANN001, ANN201 (the extension module and its 
     global _compiled_ready
     if _compiled_ready is not fast:
         fast.setup(_whole_request, _whole_response, Sent, _UNKNOWN_REQUEST, first_wanting,
-                   SENT_LIMIT, HTTP1State, _Stream)
+                   SENT_LIMIT, HTTP1State, _Stream, _whole_kept_request, kept_body)
         _compiled_ready = fast
     return fast.whole
 
