@@ -266,16 +266,39 @@ class Timing:
             attrs[TIME_PER_OUTPUT_TOKEN] = self.per_token
 
 
-def _metric_attributes(attrs: Attributes) -> Attributes:
-    keys = (
-        "gen_ai.operation.name",
-        "gen_ai.provider.name",
-        "gen_ai.request.model",
-        "gen_ai.response.model",
-        "server.address",
-        "server.port",
-    )
-    return {key: attrs[key] for key in keys if key in attrs}
+_METRIC_KEYS = (
+    "gen_ai.operation.name",
+    "gen_ai.provider.name",
+    "gen_ai.request.model",
+    "gen_ai.response.model",
+    "server.address",
+    "server.port",
+)
+_ABSENT = object()
+# Metric attributes by their values: the same (never mutated) dicts for every span of one
+# operation, model and server, so span metrics find their series key once per batch rather
+# than sort each span's dicts (decisions §64). Bounded: cleared when full.
+MAX_METRIC_ATTRIBUTES = 1024
+_metric_dicts: dict[tuple, tuple[Attributes, dict[str, Attributes]]] = {}
+
+
+def _metric_attributes(attrs: Attributes) -> tuple[Attributes, dict[str, Attributes]]:
+    """The measurements' common attributes, and those with each gen_ai.token.type."""
+    # the value's type is part of the key: True, 1 and 1.0 are equal, not the same attribute
+    values = tuple((v, type(v)) for v in (attrs.get(key, _ABSENT) for key in _METRIC_KEYS))
+    try:
+        found = _metric_dicts.get(values)
+    except TypeError:  # an unhashable value (a list): made for this span alone
+        found, values = None, None
+    if found is None:
+        common = {key: attrs[key] for key in _METRIC_KEYS if key in attrs}
+        found = (common, {kind: {**common, "gen_ai.token.type": kind}
+                          for kind in ("input", "output")})
+        if values is not None:
+            if len(_metric_dicts) >= MAX_METRIC_ATTRIBUTES:
+                _metric_dicts.clear()
+            _metric_dicts[values] = found
+    return found
 
 
 def _client_measurements(
@@ -284,13 +307,12 @@ def _client_measurements(
     timing: Timing,
     common: Attributes,
     with_error: Attributes,
+    tokens: dict[str, Attributes],
 ) -> list[Measurement | Measurements]:
     out = [_measurement(CLIENT_DURATION, (span.end_ns - span.start_ns) / NS, with_error)]
     for kind, count in (("input", response.total_input_tokens), ("output", response.output_tokens)):
         if count is not None:
-            out.append(
-                _measurement(CLIENT_TOKEN_USAGE, count, {**common, "gen_ai.token.type": kind})
-            )
+            out.append(_measurement(CLIENT_TOKEN_USAGE, count, tokens[kind]))
     if timing.first is not None:
         out.append(_measurement(CLIENT_TTFC, timing.first, common))
         if timing.gaps:  # one value per chunk gap, as semconv asks: one object for them all
@@ -304,6 +326,7 @@ def _server_measurements(
     timing: Timing,
     common: Attributes,
     with_error: Attributes,
+    tokens: dict[str, Attributes],
 ) -> list[Measurement | Measurements]:
     out = [_measurement(SERVER_DURATION, (span.end_ns - span.start_ns) / NS, with_error)]
     if "error.type" in with_error:  # time to first token and per token: successful ones only
@@ -377,8 +400,8 @@ def enrich(
     # (a body cut before it) the response's model names the same call better than nothing
     model = request.model or response.model
     span.name = f"{route.operation} {model}" if model else route.operation
-    common = _metric_attributes(attrs)
+    common, tokens = _metric_attributes(attrs)
     with_error = {**common, "error.type": attrs["error.type"]} if "error.type" in attrs else common
     measure = _MEASUREMENTS.get(span.kind)
     if measure is not None:
-        span.measurements.extend(measure(span, response, timing, common, with_error))
+        span.measurements.extend(measure(span, response, timing, common, with_error, tokens))

@@ -1100,3 +1100,27 @@ def test_streamed_tool_call_content_is_reassembled():
     assert orjson.loads(span.attributes["gen_ai.input.messages"]) == [
         {"role": "user", "parts": [{"type": "text", "content": "Say hello"}]}
     ]
+
+
+def test_metric_attributes_are_one_dict_per_set_of_values():
+    """Spans of one operation, model and server share their measurements' attribute dicts
+    (span metrics then sort each once per batch); a value of another type (True against
+    1), another value, or an unhashable one gets dicts of its own, equal to what the span's
+    attributes say."""
+    from otel_ebpf.protocols.llm import spans as llm_spans
+
+    attrs = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai",
+             "gen_ai.request.model": "m", "server.address": "a", "server.port": 1,
+             "http.request.method": "POST"}
+    common, tokens = llm_spans._metric_attributes(dict(attrs))
+    assert common == {k: v for k, v in attrs.items() if k != "http.request.method"}
+    assert tokens == {kind: {**common, "gen_ai.token.type": kind} for kind in ("input", "output")}
+    again, again_tokens = llm_spans._metric_attributes(dict(attrs))
+    assert again is common and again_tokens is tokens
+    as_bool, _ = llm_spans._metric_attributes({**attrs, "server.port": True})
+    assert as_bool is not common and as_bool["server.port"] is True
+    other, _ = llm_spans._metric_attributes({**attrs, "gen_ai.request.model": "n"})
+    assert other is not common and other["gen_ai.request.model"] == "n"
+    listed, _ = llm_spans._metric_attributes({**attrs, "server.address": ["a"]})
+    assert listed["server.address"] == ["a"]
+    assert llm_spans._metric_attributes({**attrs, "server.address": ["a"]})[0] is not listed
