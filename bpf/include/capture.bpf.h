@@ -91,6 +91,7 @@ struct syscall_args {
 };
 
 struct scratch {
+	__u64 unlooked; /* bytes this CPU sent since it last looked at the ring's fill */
 	struct data_event ev;
 	__u8 payload[2 * MAX_CAPTURE]; /* twice: iovec copies are bounded per piece */
 };
@@ -209,6 +210,20 @@ static __always_inline __u64 wakeup_flags(void)
 {
 	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
 	return avail >= cfg.wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
+/* The same for a data record of `size` bytes sent from this CPU's scratch: the fill is
+ * looked at once the CPU has sent cfg.wakeup_step bytes since it last looked, not at every
+ * record (bpf_ringbuf_query reads the reader's position, a cache line the reader writes).
+ * Past the threshold the ring grows by at most a step per CPU before a wake-up; user space
+ * sizes the step to a quarter of the room above the threshold, over all CPUs. */
+static __always_inline __u64 data_wakeup_flags(struct scratch *s, __u32 size)
+{
+	s->unlooked += size;
+	if (s->unlooked < cfg.wakeup_step)
+		return BPF_RB_NO_WAKEUP;
+	s->unlooked = 0;
+	return wakeup_flags();
 }
 
 /* min(v, max) in a form the verifier sees: clang may drop a plain clamp it can prove
@@ -614,7 +629,8 @@ static __always_inline void emit_data(struct conn_state *st, struct syscall_args
 		ev->flags |= DATA_F_TRUNCATED;
 		count(CNT_TRUNCATED, 1);
 	}
-	if (bpf_ringbuf_output(&events, ev, sizeof(*ev) + size, wakeup_flags()))
+	if (bpf_ringbuf_output(&events, ev, sizeof(*ev) + size,
+			       data_wakeup_flags(s, sizeof(*ev) + size)))
 		count(CNT_RINGBUF_DROPS, 1);
 	else
 		count(CNT_DATA_EVENTS, 1);
