@@ -28,12 +28,8 @@ static __always_inline bool datagram_selected(struct conn_state *st, struct sock
  * entry: a muted connection's call is not remembered for its exit at all. */
 static __always_inline bool connection_muted(struct conn_state *st, int fd)
 {
-	__u64 mkey = conn_map_key(st->key.pid, fd);
-	__u64 *gen = bpf_map_lookup_elem(&muted, &mkey);
-	if (!gen || *gen != st->key.gen)
+	if (!mute_asked(st, conn_map_key(st->key.pid, fd)))
 		return false;
-	st->traced = 0;
-	bpf_map_delete_elem(&muted, &mkey);
 	count(CNT_MUTED, 1);
 	return true;
 }

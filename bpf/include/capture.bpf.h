@@ -46,6 +46,7 @@ struct conn_state {
 	__u32 wide;      /* 1: captured with cfg.wide_capture (an LLM API call was seen) */
 	__u32 tls;       /* 1: an SSL session uses it: its socket bytes are ciphertext, not sent */
 	__u64 tls_pos[2]; /* plaintext bytes moved so far, by direction */
+	__u64 mute_seen; /* mute_epoch when `muted` was last looked at for it */
 };
 
 /* An SSL_read/SSL_write in progress on a thread (ssl_trace.bpf.c). */
@@ -186,6 +187,33 @@ CAPTURE_MAP struct {
 	__type(key, __u64);
 	__type(value, __u64);
 } muted SEC(".maps");
+
+/* Bumped by user space after each batch it writes into `muted`: a connection looks
+ * `muted` up only when the epoch moved since it last looked (an array read, inlined),
+ * not at every call (a hash lookup). */
+CAPTURE_MAP struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} mute_epoch SEC(".maps");
+
+/* Has user space asked to stop sending this connection (by `muted`, keyed as its map)? The
+ * entry is taken, and the connection marked untraced, when it has. */
+static __always_inline bool mute_asked(struct conn_state *st, __u64 mkey)
+{
+	__u32 zero = 0;
+	__u64 *epoch = bpf_map_lookup_elem(&mute_epoch, &zero);
+	if (!epoch || *epoch == st->mute_seen)
+		return false;
+	st->mute_seen = *epoch; /* read before `muted`: user space writes it first */
+	__u64 *gen = bpf_map_lookup_elem(&muted, &mkey);
+	if (!gen || *gen != st->key.gen)
+		return false;
+	st->traced = 0;
+	bpf_map_delete_elem(&muted, &mkey);
+	return true;
+}
 
 /* Processes with a traced connection: only theirs are worth task events. */
 CAPTURE_MAP struct {

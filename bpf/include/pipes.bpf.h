@@ -60,10 +60,7 @@ static __always_inline int pipe_remember(int fd, __u64 ptr, __u32 kind, __u32 cn
 		if (!st->traced)
 			return 0;
 		/* user space gave up on it (no parser knows its bytes: a pipe to git, a shell) */
-		__u64 *gen = bpf_map_lookup_elem(&muted, &mkey);
-		if (gen && *gen == st->key.gen) {
-			st->traced = 0;
-			bpf_map_delete_elem(&muted, &mkey);
+		if (mute_asked(st, mkey)) {
 			count(CNT_MUTED, 1);
 			return 0;
 		}

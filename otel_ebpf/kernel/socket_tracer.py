@@ -154,6 +154,7 @@ class SocketTracer:
             raise
         self.counters = self.obj.map("counters")
         self.bad_records = 0
+        self._mute_epoch = 0
 
     def _configure(self, s: CaptureSettings) -> None:
         if not 1 <= s.capture_max <= abi.MAX_CAPTURE:
@@ -232,10 +233,15 @@ class SocketTracer:
 
     def mute(self, keys: list[tuple[int, int, int]]) -> None:
         """Stop tracing these connections (pid, fd, generation): no parser wants them."""
+        if not keys:
+            return
         table = self.obj.map("muted")
         for pid, fd, gen in keys:
             table.update(((pid << 32) | (fd & 0xFFFFFFFF)).to_bytes(8, "little"),
                          gen.to_bytes(8, "little"))
+        # after the entries: a connection looks at `muted` once the epoch has moved
+        self._mute_epoch += 1
+        self.obj.map("mute_epoch").update(bytes(4), self._mute_epoch.to_bytes(8, "little"))
 
     def kernel_counters(self) -> dict[str, list[int]]:
         """The per-CPU counters of the BPF program, by name (one value per CPU)."""
