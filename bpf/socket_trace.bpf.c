@@ -47,9 +47,9 @@ static __always_inline int remember(int fd, __u64 ptr, __u64 addr, __u32 kind, _
 	if (st && !st->traced && kind != ARG_CONNECT &&
 	    ((st->flags & CONN_F_STREAM) || !cfg.filter_ports)) {
 		/* inside an SSL call: its session uses this socket (not traced, but known) */
-		struct ssl_call *call = bpf_map_lookup_elem(&ssl_inflight, &id);
-		if (call && call->fd < 0)
-			call->fd = fd;
+		struct thread_state *t = bpf_map_lookup_elem(&threads, &id);
+		if (t && t->ssl.active && t->ssl.fd < 0)
+			t->ssl.fd = fd;
 		return 0; /* (an unselected datagram socket may still send to a selected port) */
 	}
 	if (!st && !fd_to_socket(fd))
@@ -93,11 +93,11 @@ ENTER(connect, ARG_CONNECT, 1, 0, 0)
  * outside one may be what a memory-BIO session decrypts next. A socket an SSL session
  * uses carries ciphertext: its bytes are counted, not sent (the plaintext is). Returns
  * true when the caller must not emit. */
-static __always_inline bool tls_bookkeeping(struct conn_state *st, struct syscall_args *a,
-					    __u8 dir, long ret, __u32 seq, __u64 id)
+static __always_inline bool tls_bookkeeping(struct thread_state *t, struct conn_state *st,
+					    struct syscall_args *a, __u8 dir, long ret, __u32 seq)
 {
-	struct ssl_call *call = bpf_map_lookup_elem(&ssl_inflight, &id);
-	if (call) {
+	struct ssl_call *call = &t->ssl;
+	if (call->active) {
 		if (call->fd < 0) {
 			call->fd = a->fd;
 			call->seq = seq;
@@ -105,13 +105,7 @@ static __always_inline bool tls_bookkeeping(struct conn_state *st, struct syscal
 		}
 		st->tls = 1;
 	} else if (dir == DIR_INGRESS && st->traced && (st->flags & CONN_F_TCP)) {
-		__u32 tid = (__u32)id;
-		struct last_read last = {.fd = a->fd, .seq = seq, .has_seq = 1, .fresh = 1};
-		struct last_read *lp = bpf_map_lookup_elem(&last_reads, &tid);
-		if (lp) /* in place: no LRU update per read */
-			*lp = last;
-		else
-			bpf_map_update_elem(&last_reads, &tid, &last, BPF_ANY);
+		t->last = (struct last_read){.fd = a->fd, .seq = seq, .has_seq = 1, .fresh = 1};
 	}
 	if (!st->tls)
 		return false;
@@ -154,7 +148,8 @@ static __always_inline int on_exit(struct trace_event_raw_sys_exit *ctx, __u8 di
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	struct syscall_args a;
-	if (!take_args(id, &a))
+	struct thread_state *t = take_args(id, &a);
+	if (!t)
 		return 0;
 	long ret = ctx->ret;
 	if (ret <= 0)
@@ -194,7 +189,7 @@ static __always_inline int on_exit(struct trace_event_raw_sys_exit *ctx, __u8 di
 		read_sockaddr(name, &peer);
 	}
 	__u32 seq = tcp_seq_of(st, sk, dir, ret);
-	if (!datagram && tls_bookkeeping(st, &a, dir, ret, seq, id))
+	if (!datagram && tls_bookkeeping(t, st, &a, dir, ret, seq))
 		return 0;
 	if (!st->traced && !(datagram && datagram_selected(st, sk, &peer)))
 		return 0;
@@ -324,7 +319,7 @@ int on_process_exit(void *ctx)
 	/* Every thread: its thread id comes back as another thread's (a pool worker, say) */
 	__u32 tid = (__u32)id;
 	bpf_map_delete_elem(&py_tstates, &tid);
-	bpf_map_delete_elem(&inflight, &id);
+	bpf_map_delete_elem(&threads, &id);
 	if ((__u32)id != (id >> 32))
 		return 0; /* a thread, not the process */
 	return emit_proc_event(EV_PROC_EXIT, id >> 32);

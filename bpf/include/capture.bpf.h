@@ -59,7 +59,8 @@ struct ssl_call {
 	__u32 seq;       /* TCP sequence number of that syscall's first byte */
 	__u8 dir;
 	__u8 has_seq;
-	__u8 _pad[6];
+	__u8 active;     /* 1 from the SSL call's entry to its return */
+	__u8 _pad[5];
 };
 
 struct ssl_key {
@@ -91,6 +92,16 @@ struct syscall_args {
 	__u32 _pad;
 };
 
+/* What the capture programs keep per thread, in one value so that a syscall's exit finds
+ * its arguments, the SSL call around it and the thread's last read with one lookup: the
+ * syscall's arguments from its entry to its exit (kind 0: taken), the SSL call in progress
+ * (ssl.active), the socket the thread read last (last.fresh: not yet taken by an SSL_read). */
+struct thread_state {
+	struct syscall_args args;
+	struct ssl_call ssl;
+	struct last_read last;
+};
+
 struct scratch {
 	__u64 unlooked; /* bytes this CPU sent since it last looked at the ring's fill */
 	struct data_event ev;
@@ -107,9 +118,9 @@ CAPTURE_MAP struct {
 CAPTURE_MAP struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
-	__type(key, __u64);
-	__type(value, struct syscall_args);
-} inflight SEC(".maps");
+	__type(key, __u64); /* pid_tgid */
+	__type(value, struct thread_state);
+} threads SEC(".maps");
 
 CAPTURE_MAP struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -160,24 +171,10 @@ CAPTURE_MAP struct {
 
 CAPTURE_MAP struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64); /* pid_tgid */
-	__type(value, struct ssl_call);
-} ssl_inflight SEC(".maps");
-
-CAPTURE_MAP struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct ssl_key);
 	__type(value, __s32);
 } ssl_fds SEC(".maps");
-
-CAPTURE_MAP struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32); /* tid */
-	__type(value, struct last_read);
-} last_reads SEC(".maps");
 
 /* Connections user space asked to stop sending (no parser recognized them), by map key,
  * with the generation they were asked for (an fd reused since is another connection). */
@@ -264,27 +261,31 @@ static __always_inline __u64 bounded(__u64 v, const __u64 max)
 	return v;
 }
 
-/* Keep a syscall's arguments for its exit. A thread's entry stays in `inflight` once made
- * (the exit marks it consumed: kind 0), so a thread's later calls overwrite it in place: a
- * lookup, where an update and a delete of the LRU hash take its locks on every call. */
+/* Keep a syscall's arguments for its exit. A thread's entry stays in `threads` once made
+ * (the exit marks its arguments consumed: kind 0), so a thread's later calls overwrite them
+ * in place: a lookup, where an update and a delete of the LRU hash take its locks on every
+ * call. */
 static __always_inline void stash_args(__u64 id, struct syscall_args *a)
 {
-	struct syscall_args *ap = bpf_map_lookup_elem(&inflight, &id);
-	if (ap)
-		*ap = *a;
-	else
-		bpf_map_update_elem(&inflight, &id, a, BPF_ANY);
+	struct thread_state *t = bpf_map_lookup_elem(&threads, &id);
+	if (t) {
+		t->args = *a;
+		return;
+	}
+	struct thread_state new_t = {.args = *a};
+	bpf_map_update_elem(&threads, &id, &new_t, BPF_ANY);
 }
 
-/* The arguments stashed at this thread's entry, taken (false when none is pending). */
-static __always_inline bool take_args(__u64 id, struct syscall_args *out)
+/* The arguments stashed at this thread's entry, taken; returns the thread's state (NULL
+ * when no call is pending), where the exit also finds the SSL call and the last read. */
+static __always_inline struct thread_state *take_args(__u64 id, struct syscall_args *out)
 {
-	struct syscall_args *ap = bpf_map_lookup_elem(&inflight, &id);
-	if (!ap || !ap->kind)
-		return false;
-	*out = *ap;
-	ap->kind = 0;
-	return true;
+	struct thread_state *t = bpf_map_lookup_elem(&threads, &id);
+	if (!t || !t->args.kind)
+		return NULL;
+	*out = t->args;
+	t->args.kind = 0;
+	return t;
 }
 
 static __always_inline __u64 conn_map_key(__u32 tgid, int fd)
