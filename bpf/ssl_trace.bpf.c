@@ -23,13 +23,9 @@ static __always_inline int ssl_enter(void *ssl, void *buf, void *ex_len, __u8 di
 		.ssl = (__u64)ssl, .buf = (__u64)buf, .ex_len = (__u64)ex_len,
 		.enter_ns = bpf_ktime_get_ns(), .fd = -1, .dir = dir, .active = 1,
 	};
-	struct thread_state *t = bpf_map_lookup_elem(&threads, &id);
-	if (t) {
+	struct thread_state *t = thread_state_made(id);
+	if (t)
 		t->ssl = call;
-		return 0;
-	}
-	struct thread_state new_t = {.ssl = call};
-	bpf_map_update_elem(&threads, &id, &new_t, BPF_ANY);
 	return 0;
 }
 

@@ -80,9 +80,10 @@ struct last_read {
 
 enum arg_kind { ARG_BUF = 1, ARG_IOV = 2, ARG_MSG = 3, ARG_MMSG = 4, ARG_CONNECT = 5 };
 
-/* A syscall's arguments, from its enter tracepoint to its exit tracepoint. */
+/* A syscall's arguments, from its enter tracepoint to its exit tracepoint (a write's), or
+ * read from its registers at its exit (a read's). */
 struct syscall_args {
-	__u64 enter_ns;
+	__u64 enter_ns; /* 0: stamped with the return */
 	__u64 ptr;      /* buffer, iovec array, msghdr or mmsghdr array */
 	__u64 addr;     /* sockaddr of sendto/recvfrom */
 	__u64 sk;       /* the known connection's struct sock at entry, or 0 (look it up) */
@@ -121,6 +122,15 @@ CAPTURE_MAP struct {
 	__type(key, __u64); /* pid_tgid */
 	__type(value, struct thread_state);
 } threads SEC(".maps");
+
+/* One zeroed thread_state, never written: a new thread's value is copied from here (a
+ * value on the stack would take 112 of a read exit's 512 bytes). */
+CAPTURE_MAP struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct thread_state);
+} thread_blank SEC(".maps");
 
 CAPTURE_MAP struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -261,19 +271,30 @@ static __always_inline __u64 bounded(__u64 v, const __u64 max)
 	return v;
 }
 
+/* The calling thread's state, made (zeroed) when it has none yet; NULL only when the map
+ * refuses it. */
+static __always_inline struct thread_state *thread_state_made(__u64 id)
+{
+	struct thread_state *t = bpf_map_lookup_elem(&threads, &id);
+	if (t)
+		return t;
+	__u32 zero = 0;
+	struct thread_state *blank = bpf_map_lookup_elem(&thread_blank, &zero);
+	if (!blank)
+		return NULL;
+	bpf_map_update_elem(&threads, &id, blank, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&threads, &id);
+}
+
 /* Keep a syscall's arguments for its exit. A thread's entry stays in `threads` once made
  * (the exit marks its arguments consumed: kind 0), so a thread's later calls overwrite them
  * in place: a lookup, where an update and a delete of the LRU hash take its locks on every
  * call. */
 static __always_inline void stash_args(__u64 id, struct syscall_args *a)
 {
-	struct thread_state *t = bpf_map_lookup_elem(&threads, &id);
-	if (t) {
+	struct thread_state *t = thread_state_made(id);
+	if (t)
 		t->args = *a;
-		return;
-	}
-	struct thread_state new_t = {.args = *a};
-	bpf_map_update_elem(&threads, &id, &new_t, BPF_ANY);
 }
 
 /* The arguments stashed at this thread's entry, taken; returns the thread's state (NULL
@@ -598,8 +619,8 @@ static __always_inline void emit_data(struct conn_state *st, struct syscall_args
 
 	ev->hdr.type = EV_DATA;
 	ev->hdr.tid = (__u32)bpf_get_current_pid_tgid();
-	ev->hdr.ts_ns = a->enter_ns;
 	ev->exit_ns = bpf_ktime_get_ns();
+	ev->hdr.ts_ns = a->enter_ns ? a->enter_ns : ev->exit_ns; /* 0: a read, stamped at its return */
 	ev->key = st->key;
 	ev->direction = dir;
 	ev->msg_len = len;
