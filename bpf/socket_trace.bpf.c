@@ -91,11 +91,8 @@ ENTER(connect, ARG_CONNECT, 1, 0, 0)
  * uses carries ciphertext: its bytes are counted, not sent (the plaintext is). Returns
  * true when the caller must not emit. */
 static __always_inline bool tls_bookkeeping(struct thread_state *t, struct conn_state *st,
-					    struct syscall_args *a, __u8 dir, long ret, __u32 seq,
-					    __u64 id)
+					    struct syscall_args *a, __u8 dir, long ret, __u32 seq)
 {
-	if (!t) /* a read: no entry program looked it up */
-		t = bpf_map_lookup_elem(&threads, &id);
 	if (t && t->ssl.active) {
 		struct ssl_call *call = &t->ssl;
 		if (call->fd < 0) {
@@ -105,8 +102,6 @@ static __always_inline bool tls_bookkeeping(struct thread_state *t, struct conn_
 		}
 		st->tls = 1;
 	} else if (dir == DIR_INGRESS && st->traced && (st->flags & CONN_F_TCP)) {
-		if (!t)
-			t = thread_state_made(id);
 		if (t)
 			t->last = (struct last_read){.fd = a->fd, .seq = seq, .has_seq = 1,
 						     .fresh = 1};
@@ -119,6 +114,7 @@ static __always_inline bool tls_bookkeeping(struct thread_state *t, struct conn_
 
 /* Where a sendmmsg/recvmmsg walk stands: bpf_loop's context for emit_one_mmsg. */
 struct mmsg_walk {
+	__u64 task;
 	struct conn_state *st;
 	struct syscall_args *a;
 	__u32 n;
@@ -143,7 +139,7 @@ static long emit_one_mmsg(__u64 i, void *data)
 		return 1;
 	struct addr p = {};
 	read_sockaddr(head[0], &p);
-	emit_data(w->st, w->a, w->dir, len, 0, head[2], (__u32)head[3], &p, 0, MAX_MMSG_IOV,
+	emit_data(w->task, w->st, w->a, w->dir, len, 0, head[2], (__u32)head[3], &p, 0, MAX_MMSG_IOV,
 		  false, false, true);
 	return 0;
 }
@@ -188,22 +184,25 @@ static __always_inline int call_exit(struct thread_state *t, struct syscall_args
 		read_sockaddr(name, &peer);
 	}
 	__u32 seq = tcp_seq_of(st, sk, dir, ret);
-	if (!datagram && tls_bookkeeping(t, st, a, dir, ret, seq, id))
+	if (!datagram && !t) /* a read's: no entry program looked the thread up */
+		t = thread_state_made(id);
+	if (!datagram && tls_bookkeeping(t, st, a, dir, ret, seq))
 		return 0;
 	if (!st->traced && !(datagram && datagram_selected(st, sk, &peer)))
 		return 0;
 
+	__u64 task = py_current_context(t);
 	switch (a->kind) {
 	case ARG_BUF:
-		emit_data(st, a, dir, ret, a->ptr, 0, 0, datagram ? &peer : NULL, seq, 0,
+		emit_data(task, st, a, dir, ret, a->ptr, 0, 0, datagram ? &peer : NULL, seq, 0,
 			  !datagram, false, true);
 		break;
 	case ARG_IOV:
-		emit_data(st, a, dir, ret, 0, a->ptr, a->count, NULL, seq, MAX_IOV, !datagram,
+		emit_data(task, st, a, dir, ret, 0, a->ptr, a->count, NULL, seq, MAX_IOV, !datagram,
 			  false, true);
 		break;
 	case ARG_MSG:
-		emit_data(st, a, dir, ret, 0, (__u64)msg.msg_iov, msg.msg_iovlen,
+		emit_data(task, st, a, dir, ret, 0, (__u64)msg.msg_iov, msg.msg_iovlen,
 			  datagram ? &peer : NULL, seq, MAX_IOV, !datagram, false, true);
 		break;
 	case ARG_MMSG: {
@@ -213,7 +212,7 @@ static __always_inline int call_exit(struct thread_state *t, struct syscall_args
 			count(CNT_IOV_LIMIT, 1);
 			n = MAX_MMSG;
 		}
-		struct mmsg_walk w = {.st = st, .a = a, .n = n, .dir = dir};
+		struct mmsg_walk w = {.task = task, .st = st, .a = a, .n = n, .dir = dir};
 		bpf_loop(MAX_MMSG, emit_one_mmsg, &w, 0);
 		return 0;
 	}
@@ -384,8 +383,6 @@ int on_process_exit(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	/* Every thread: its thread id comes back as another thread's (a pool worker, say) */
-	__u32 tid = (__u32)id;
-	bpf_map_delete_elem(&py_tstates, &tid);
 	bpf_map_delete_elem(&threads, &id);
 	if ((__u32)id != (id >> 32))
 		return 0; /* a thread, not the process */
@@ -456,7 +453,7 @@ int BPF_KRETPROBE(context_copy_return, void *copy)
 	__u32 tgid = id >> 32;
 	if (!copy || !bpf_map_lookup_elem(&traced_pids, &tgid))
 		return 0;
-	__u64 parent = py_current_context();
+	__u64 parent = py_current_context(NULL);
 	struct task_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
 	if (!ev) {
 		count(CNT_RINGBUF_DROPS, 1);

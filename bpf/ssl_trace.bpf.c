@@ -98,7 +98,7 @@ static __always_inline int ssl_exit(long ret, bool ex)
 	if (!st->traced || !(st->flags & CONN_F_STREAM))
 		return 0;
 	struct syscall_args a = {.enter_ns = call.enter_ns, .fd = fd};
-	emit_data(st, &a, call.dir, len, call.buf, 0, 0, NULL, seq, 0, true, true, has_seq);
+	emit_data(py_current_context(t), st, &a, call.dir, len, call.buf, 0, 0, NULL, seq, 0, true, true, has_seq);
 	return 0;
 }
 

@@ -101,6 +101,7 @@ struct thread_state {
 	struct syscall_args args;
 	struct ssl_call ssl;
 	struct last_read last;
+	__u64 py_tstate; /* its PyThreadState (py_context.bpf.h), checked at each use */
 };
 
 struct scratch {
@@ -237,6 +238,21 @@ static __always_inline void count(__u32 idx, __u64 n)
 		*v += n;
 }
 
+/* The calling thread's state, made (zeroed) when it has none yet; NULL only when the map
+ * refuses it. */
+static __always_inline struct thread_state *thread_state_made(__u64 id)
+{
+	struct thread_state *t = bpf_map_lookup_elem(&threads, &id);
+	if (t)
+		return t;
+	__u32 zero = 0;
+	struct thread_state *blank = bpf_map_lookup_elem(&thread_blank, &zero);
+	if (!blank)
+		return NULL;
+	bpf_map_update_elem(&threads, &id, blank, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&threads, &id);
+}
+
 #include "py_context.bpf.h"
 
 /* Wake the reader only when the ring fills past the threshold: each wake-up costs the
@@ -269,21 +285,6 @@ static __always_inline __u64 bounded(__u64 v, const __u64 max)
 		     : [v] "+r"(v)
 		     : [max] "i"(max));
 	return v;
-}
-
-/* The calling thread's state, made (zeroed) when it has none yet; NULL only when the map
- * refuses it. */
-static __always_inline struct thread_state *thread_state_made(__u64 id)
-{
-	struct thread_state *t = bpf_map_lookup_elem(&threads, &id);
-	if (t)
-		return t;
-	__u32 zero = 0;
-	struct thread_state *blank = bpf_map_lookup_elem(&thread_blank, &zero);
-	if (!blank)
-		return NULL;
-	bpf_map_update_elem(&threads, &id, blank, BPF_NOEXIST);
-	return bpf_map_lookup_elem(&threads, &id);
 }
 
 /* Keep a syscall's arguments for its exit. A thread's entry stays in `threads` once made
@@ -600,10 +601,13 @@ static __always_inline bool wide_request(struct scratch *s, __u32 got)
 }
 
 /* Emit one data event of `len` bytes for the connection; the payload comes from a plain
- * buffer (buf) or an iovec array (iov, iovcnt). */
+ * buffer (buf) or an iovec array (iov, iovcnt). `task`: the Context the thread runs in
+ * (py_current_context), read by the caller: a sendmmsg's datagrams share one, read outside
+ * the bpf_loop callback that emits them (its search's own loop would be a third frame). */
 /* Stream sockets may be widened (`widen`); on a wide connection a plain-buffer message
  * longer than the capture also sends its last bytes (tail_len). */
-static __always_inline void emit_data(struct conn_state *st, struct syscall_args *a, __u8 dir,
+static __always_inline void emit_data(__u64 task, struct conn_state *st,
+				      struct syscall_args *a, __u8 dir,
 				      __u64 len, __u64 buf, __u64 iov, __u32 iovcnt,
 				      struct addr *peer, __u32 tcp_seq, const __u32 max_iov,
 				      const bool widen, const bool tls, bool has_seq)
@@ -626,7 +630,7 @@ static __always_inline void emit_data(struct conn_state *st, struct syscall_args
 	ev->msg_len = len;
 	ev->flags = 0;
 	ev->tcp_seq = tcp_seq;
-	ev->task = py_current_context();
+	ev->task = task;
 	if (peer) {
 		ev->peer = *peer;
 		ev->flags |= peer->family ? DATA_F_HAS_PEER : 0;

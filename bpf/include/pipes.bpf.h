@@ -120,7 +120,7 @@ static __always_inline int pipe_exit(struct syscall_args *a, __u8 dir, long ret,
 	__u32 kind = a->kind & ~ARG_PIPE;
 	/* one call site for both kinds: emit_data is inlined, and each copy costs the
 	 * verifier its iovec loop */
-	emit_data(st, a, dir, ret, kind == ARG_BUF ? a->ptr : 0, kind == ARG_IOV ? a->ptr : 0,
+	emit_data(py_current_context(NULL), st, a, dir, ret, kind == ARG_BUF ? a->ptr : 0, kind == ARG_IOV ? a->ptr : 0,
 		  a->count, NULL, 0, MAX_IOV, false, false, true);
 	return 0;
 }
