@@ -159,3 +159,12 @@ def test_decode_roundtrip():
 def test_decode_rejects_bad_records(record):
     with pytest.raises(abi.BadRecord):
         abi.decode(record)
+
+
+def test_wakeup_step_is_a_quarter_of_the_room_above_the_threshold_per_cpu():
+    from otel_ebpf.kernel.socket_tracer import wakeup_step
+
+    ring = 16 << 20
+    assert wakeup_step(ring, ring // 2, 2) == ring // 16  # 2 CPUs: half of the room each, / 4
+    assert wakeup_step(ring, ring // 2, 64) * 64 <= (ring - ring // 2) // 4
+    assert wakeup_step(ring, ring, 8) == 0  # no room above: the fill is looked at every record
