@@ -423,8 +423,12 @@ static __always_inline void register_interpreter(struct pt_regs *ctx, __u32 tgid
 		return;
 	struct py_ctx_proc p = *f;
 	p.runtime = PT_REGS_IP(ctx) + f->runtime;
-	if (py_ctx_find_tstate(&p, tid))
-		bpf_map_update_elem(&py_ctx_procs, &tgid, &p, BPF_ANY);
+	if (!py_ctx_find_tstate(&p, tid) || bpf_map_update_elem(&py_ctx_procs, &tgid, &p, BPF_ANY))
+		return;
+	__u32 zero = 0;
+	__u32 *any = bpf_map_lookup_elem(&py_ctx_any, &zero);
+	if (any && !*any)
+		*any = 1;
 }
 
 /* PyContext_CopyCurrent(void): every hand-off of a Context to new work copies it (an

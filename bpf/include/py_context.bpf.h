@@ -45,6 +45,22 @@ CAPTURE_MAP struct {
 	__type(value, struct py_ctx_proc);
 } py_ctx_procs SEC(".maps");
 
+/* 1 once any process has registered (py_ctx_procs), never cleared: until then a data
+ * event's Context costs an array read (inlined), not a hash lookup. */
+CAPTURE_MAP struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} py_ctx_any SEC(".maps");
+
+static __always_inline bool py_ctx_none_yet(void)
+{
+	__u32 zero = 0;
+	__u32 *any = bpf_map_lookup_elem(&py_ctx_any, &zero);
+	return !any || !*any;
+}
+
 /* Processes whose Context probes are attached for them alone (tgid -> 1), written by user
  * space: their forked children are reported (EV_PROC_FORK), since a child's copy of the
  * probed code loses the probes at its first hit (the kernel's filter names the parent). */
@@ -116,6 +132,8 @@ static __always_inline __u64 py_ctx_tstate(struct py_ctx_proc *p, struct thread_
  * when the caller has it. */
 static __always_inline __u64 py_current_context(struct thread_state *t)
 {
+	if (py_ctx_none_yet())
+		return 0;
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
 	struct py_ctx_proc *p = bpf_map_lookup_elem(&py_ctx_procs, &tgid);
@@ -130,6 +148,8 @@ static __always_inline __u64 py_current_context(struct thread_state *t)
 /* A registered process opened a connection out: it keeps its Context probes. */
 static __always_inline void py_ctx_calls_out(__u32 tgid)
 {
+	if (py_ctx_none_yet())
+		return;
 	struct py_ctx_proc *p = bpf_map_lookup_elem(&py_ctx_procs, &tgid);
 	if (p && !p->calls_out)
 		p->calls_out = 1;
