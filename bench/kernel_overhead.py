@@ -16,9 +16,10 @@ every call's payload copied, never muted, as an MCP server's stdin and stdout ar
 
 Each round runs every mode once, in a fresh process; the table reports medians over
 rounds and the ratio to `off`. The ring buffer is drained concurrently, as the agent does.
---baseline DIR adds `filtered-baseline` and `traced-baseline`: the same with the BPF
-objects of another source tree (an earlier commit's bpf/build), before and after side by
-side. --stats turns kernel.bpf_stats_enabled on while a traced mode runs (and back off)
+--baseline DIR adds `filtered-baseline` and `traced-baseline`: the same with another
+source tree (an earlier commit's checkout, its bpf/build and C extensions built), before and
+after side by side. Those modes run in a process of their own with DIR's loader and BPF
+objects, so a tree whose settings layout (.rodata) differs from this one's still loads. --stats turns kernel.bpf_stats_enabled on while a traced mode runs (and back off)
 and adds a table of each program's runs per write+read pair and ns per run, read from the
 kernel's counters of this process's programs.
 """
@@ -38,8 +39,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+# a --baseline mode's own process: that tree's otel_ebpf (loader, settings layout)
+if os.environ.get("OTEL_EBPF_BENCH_TREE"):
+    sys.path.insert(0, os.environ["OTEL_EBPF_BENCH_TREE"])
 
-from bench.side_by_side import cost_table, publish, rounds  # noqa: E402
+from bench.side_by_side import cost_table, publish, rounds, spread  # noqa: E402
 
 LOOP = r"""
 import json, os, socket, sys, time
@@ -113,6 +117,8 @@ def measure(mode: str, iterations: int, size: int, baseline: Path | None = None,
     port = free_port()
     if mode == "off":
         return run_loop(port, iterations, size), 0, 0
+    if mode.endswith("-baseline"):
+        return measure_in(baseline, mode.removesuffix("-baseline"), iterations, size, stats)
     selected = port if mode.startswith("traced") else free_port()
     pipes = {"selected": (PIPE_NAME,), "unselected": ("no-such-name",)}.get(mode, ())
     executable = sys.executable
@@ -122,17 +128,8 @@ def measure(mode: str, iterations: int, size: int, baseline: Path | None = None,
         if not link.exists():
             link.symlink_to(sys.executable)
         executable = str(link)
-    saved = os.environ.get("OTEL_EBPF_BPF_DIR")
-    if mode.endswith("-baseline"):
-        os.environ["OTEL_EBPF_BPF_DIR"] = str(baseline / "bpf/build")
-    try:
-        tracer = SocketTracer(CaptureSettings(ports=(selected,), capture_max=4096,
-                                              pipe_process_names=pipes), LibbpfLog())
-    finally:
-        if saved is None:
-            os.environ.pop("OTEL_EBPF_BPF_DIR", None)
-        else:
-            os.environ["OTEL_EBPF_BPF_DIR"] = saved
+    tracer = SocketTracer(CaptureSettings(ports=(selected,), capture_max=4096,
+                                          pipe_process_names=pipes), LibbpfLog())
     drained, stop = [0], threading.Event()
 
     def drain() -> None:
@@ -166,6 +163,24 @@ def measure(mode: str, iterations: int, size: int, baseline: Path | None = None,
     return ns, drained[0], drops
 
 
+def measure_in(tree: Path, mode: str, iterations: int, size: int,
+               stats: bool) -> tuple[float, int, int]:
+    """measure(mode) in a process of its own running tree's otel_ebpf and BPF objects; its
+    program stats go under `<mode>-baseline`."""
+    env = dict(os.environ, OTEL_EBPF_BENCH_TREE=str(tree),
+               OTEL_EBPF_BPF_DIR=str(tree / "bpf/build"), PYTHONPATH=str(tree))
+    cmd = [sys.executable, __file__, "--one", mode, "--iterations", str(iterations),
+           "--size", str(size)] + (["--stats"] if stats else []) + (["--pipe"] if PIPE else [])
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    if out.returncode:
+        raise RuntimeError(f"baseline {mode} failed:\n{out.stderr[-2000:]}")
+    doc = json.loads(out.stdout.splitlines()[-1])
+    for per_round in doc["stats"].get(mode, []):
+        STATS.setdefault(f"{mode}-baseline", []).append(
+            {name: tuple(v) for name, v in per_round.items()})
+    return doc["ns"], doc["drained"], doc["drops"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
@@ -175,9 +190,14 @@ def main() -> None:
     ap.add_argument("--stats", action="store_true", help="per-program runs and ns (bpf_stats)")
     ap.add_argument("--pipe", action="store_true", help="pairs on a pipe, not TCP")
     ap.add_argument("--out", type=Path, help="append the table to this Markdown file")
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # one mode, JSON out (--baseline's)
     args = ap.parse_args()
     global PIPE
     PIPE = args.pipe
+    if args.one:
+        ns, drained, drops = measure(args.one, args.iterations, args.size, None, args.stats)
+        print(json.dumps({"ns": ns, "drained": drained, "drops": drops, "stats": STATS}))
+        return
     modes: tuple[str, ...] = ("off", "filtered", "unselected", "selected") if PIPE \
         else ("off", "filtered", "traced")
     if args.baseline:
@@ -199,6 +219,8 @@ def main() -> None:
         f"({time.strftime('%Y-%m-%d')}, {args.iterations} write+read pairs of {args.size} B, "
         f"median of {args.rounds} rounds)",
         "write+read", "syscall", results)
+    lines += ["", "Spread over rounds, ns per write+read: "
+              + "; ".join(f"{m} {spread(v)}" for m, v in results.items()) + "."]
     traced_modes = sum(1 for m in modes if m.startswith("traced") or m == "selected")
     expected = 2 * (args.iterations + 1000) * args.rounds * traced_modes
     lines += ["", f"Data events drained while traced: {totals[0]} of {expected} expected "

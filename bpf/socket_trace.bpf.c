@@ -28,12 +28,8 @@ static __always_inline bool datagram_selected(struct conn_state *st, struct sock
  * entry: a muted connection's call is not remembered for its exit at all. */
 static __always_inline bool connection_muted(struct conn_state *st, int fd)
 {
-	__u64 mkey = conn_map_key(st->key.pid, fd);
-	__u64 *gen = bpf_map_lookup_elem(&muted, &mkey);
-	if (!gen || *gen != st->key.gen)
+	if (!mute_asked(st, conn_map_key(st->key.pid, fd)))
 		return false;
-	st->traced = 0;
-	bpf_map_delete_elem(&muted, &mkey);
 	count(CNT_MUTED, 1);
 	return true;
 }
@@ -51,9 +47,9 @@ static __always_inline int remember(int fd, __u64 ptr, __u64 addr, __u32 kind, _
 	if (st && !st->traced && kind != ARG_CONNECT &&
 	    ((st->flags & CONN_F_STREAM) || !cfg.filter_ports)) {
 		/* inside an SSL call: its session uses this socket (not traced, but known) */
-		struct ssl_call *call = bpf_map_lookup_elem(&ssl_inflight, &id);
-		if (call && call->fd < 0)
-			call->fd = fd;
+		struct thread_state *t = bpf_map_lookup_elem(&threads, &id);
+		if (t && t->ssl.active && t->ssl.fd < 0)
+			t->ssl.fd = fd;
 		return 0; /* (an unselected datagram socket may still send to a selected port) */
 	}
 	if (!st && !fd_to_socket(fd))
@@ -79,16 +75,13 @@ static __always_inline int remember(int fd, __u64 ptr, __u64 addr, __u32 kind, _
 				cnt_expr);                                              \
 	}
 
-ENTER(read, ARG_BUF, 1, 0, 0)
+/* Writes only: a write's bytes are stamped with its entry (decisions §2). A read's are
+ * stamped with its return, and its exit reads its arguments itself (on_read_exit). */
 ENTER(write, ARG_BUF, 1, 0, 0)
-ENTER(readv, ARG_IOV, 1, 0, (__u32)ctx->args[2])
 ENTER(writev, ARG_IOV, 1, 0, (__u32)ctx->args[2])
 ENTER(sendto, ARG_BUF, 1, ctx->args[4], 0)
-ENTER(recvfrom, ARG_BUF, 1, ctx->args[4], 0)
 ENTER(sendmsg, ARG_MSG, 1, 0, 0)
-ENTER(recvmsg, ARG_MSG, 1, 0, 0)
 ENTER(sendmmsg, ARG_MMSG, 1, 0, (__u32)ctx->args[2])
-ENTER(recvmmsg, ARG_MMSG, 1, 0, (__u32)ctx->args[2])
 ENTER(connect, ARG_CONNECT, 1, 0, 0)
 
 /* ---- syscall exit: emit what moved ------------------------------------------------- */
@@ -97,11 +90,11 @@ ENTER(connect, ARG_CONNECT, 1, 0, 0)
  * outside one may be what a memory-BIO session decrypts next. A socket an SSL session
  * uses carries ciphertext: its bytes are counted, not sent (the plaintext is). Returns
  * true when the caller must not emit. */
-static __always_inline bool tls_bookkeeping(struct conn_state *st, struct syscall_args *a,
-					    __u8 dir, long ret, __u32 seq, __u64 id)
+static __always_inline bool tls_bookkeeping(struct thread_state *t, struct conn_state *st,
+					    struct syscall_args *a, __u8 dir, long ret, __u32 seq)
 {
-	struct ssl_call *call = bpf_map_lookup_elem(&ssl_inflight, &id);
-	if (call) {
+	if (t && t->ssl.active) {
+		struct ssl_call *call = &t->ssl;
 		if (call->fd < 0) {
 			call->fd = a->fd;
 			call->seq = seq;
@@ -109,13 +102,9 @@ static __always_inline bool tls_bookkeeping(struct conn_state *st, struct syscal
 		}
 		st->tls = 1;
 	} else if (dir == DIR_INGRESS && st->traced && (st->flags & CONN_F_TCP)) {
-		__u32 tid = (__u32)id;
-		struct last_read last = {.fd = a->fd, .seq = seq, .has_seq = 1, .fresh = 1};
-		struct last_read *lp = bpf_map_lookup_elem(&last_reads, &tid);
-		if (lp) /* in place: no LRU update per read */
-			*lp = last;
-		else
-			bpf_map_update_elem(&last_reads, &tid, &last, BPF_ANY);
+		if (t)
+			t->last = (struct last_read){.fd = a->fd, .seq = seq, .has_seq = 1,
+						     .fresh = 1};
 	}
 	if (!st->tls)
 		return false;
@@ -125,6 +114,7 @@ static __always_inline bool tls_bookkeeping(struct conn_state *st, struct syscal
 
 /* Where a sendmmsg/recvmmsg walk stands: bpf_loop's context for emit_one_mmsg. */
 struct mmsg_walk {
+	__u64 task;
 	struct conn_state *st;
 	struct syscall_args *a;
 	__u32 n;
@@ -149,81 +139,80 @@ static long emit_one_mmsg(__u64 i, void *data)
 		return 1;
 	struct addr p = {};
 	read_sockaddr(head[0], &p);
-	emit_data(w->st, w->a, w->dir, len, 0, head[2], (__u32)head[3], &p, 0, MAX_MMSG_IOV,
+	emit_data(w->task, w->st, w->a, w->dir, len, 0, head[2], (__u32)head[3], &p, 0, MAX_MMSG_IOV,
 		  false, false, true);
 	return 0;
 }
 
-static __always_inline int on_exit(struct trace_event_raw_sys_exit *ctx, __u8 dir)
+/* What a call moved (ret > 0 bytes or messages), emitted on its connection. `t`: the
+ * thread's state when the caller has it (a write's exit, from take_args); `st`: the known
+ * stream connection when the caller has it (a read's exit, which found it itself). */
+static __always_inline int call_exit(struct thread_state *t, struct syscall_args *a,
+				     struct conn_state *st, __u8 dir, long ret, __u64 id)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	struct syscall_args a;
-	if (!take_args(id, &a))
-		return 0;
-	long ret = ctx->ret;
-	if (ret <= 0)
-		return 0;
-	if (a.kind & ARG_PIPE)
-		return pipe_exit(&a, dir, ret, id);
-	struct conn_state *st = NULL;
-	struct sock *sk = (struct sock *)a.sk;
-	if (sk) { /* the fd may have been closed and reused meanwhile: same socket only */
-		__u64 mkey = conn_map_key(id >> 32, a.fd);
+	if (a->kind & ARG_PIPE)
+		return pipe_exit(a, dir, ret, id);
+	struct sock *sk = (struct sock *)a->sk;
+	if (!st && sk) { /* the fd may have been closed and reused meanwhile: same socket only */
+		__u64 mkey = conn_map_key(id >> 32, a->fd);
 		st = bpf_map_lookup_elem(&conns, &mkey);
-		if (st && st->sk != a.sk)
+		if (st && st->sk != a->sk)
 			st = NULL;
 	}
 	if (!st) {
-		struct socket *sock = fd_to_socket(a.fd);
+		struct socket *sock = fd_to_socket(a->fd);
 		if (!sock)
 			return 0;
-		st = get_conn(a.fd, sock, ROLE_UNKNOWN, false);
+		st = get_conn(a->fd, sock, ROLE_UNKNOWN, false);
 		if (!st)
 			return 0;
 		sk = BPF_CORE_READ(sock, sk);
 	}
 	bool datagram = !(st->flags & CONN_F_STREAM);
 	struct user_msghdr msg = {};
-	if (a.kind == ARG_MSG && bpf_probe_read_user(&msg, sizeof(msg), (void *)a.ptr))
+	if (a->kind == ARG_MSG && bpf_probe_read_user(&msg, sizeof(msg), (void *)a->ptr))
 		return 0;
 	struct addr peer = {};
 	if (datagram) {
 		__u64 name = 0;
-		if (a.kind == ARG_BUF)
-			name = a.addr;
-		else if (a.kind == ARG_MSG)
+		if (a->kind == ARG_BUF)
+			name = a->addr;
+		else if (a->kind == ARG_MSG)
 			name = (__u64)msg.msg_name;
-		else if (a.kind == ARG_MMSG)
-			bpf_probe_read_user(&name, sizeof(name), (void *)a.ptr); /* msg_hdr.msg_name */
+		else if (a->kind == ARG_MMSG)
+			bpf_probe_read_user(&name, sizeof(name), (void *)a->ptr); /* msg_hdr.msg_name */
 		read_sockaddr(name, &peer);
 	}
 	__u32 seq = tcp_seq_of(st, sk, dir, ret);
-	if (!datagram && tls_bookkeeping(st, &a, dir, ret, seq, id))
+	if (!datagram && !t) /* a read's: no entry program looked the thread up */
+		t = thread_state_made(id);
+	if (!datagram && tls_bookkeeping(t, st, a, dir, ret, seq))
 		return 0;
 	if (!st->traced && !(datagram && datagram_selected(st, sk, &peer)))
 		return 0;
 
-	switch (a.kind) {
+	__u64 task = py_current_context(t);
+	switch (a->kind) {
 	case ARG_BUF:
-		emit_data(st, &a, dir, ret, a.ptr, 0, 0, datagram ? &peer : NULL, seq, 0,
+		emit_data(task, st, a, dir, ret, a->ptr, 0, 0, datagram ? &peer : NULL, seq, 0,
 			  !datagram, false, true);
 		break;
 	case ARG_IOV:
-		emit_data(st, &a, dir, ret, 0, a.ptr, a.count, NULL, seq, MAX_IOV, !datagram,
+		emit_data(task, st, a, dir, ret, 0, a->ptr, a->count, NULL, seq, MAX_IOV, !datagram,
 			  false, true);
 		break;
 	case ARG_MSG:
-		emit_data(st, &a, dir, ret, 0, (__u64)msg.msg_iov, msg.msg_iovlen,
+		emit_data(task, st, a, dir, ret, 0, (__u64)msg.msg_iov, msg.msg_iovlen,
 			  datagram ? &peer : NULL, seq, MAX_IOV, !datagram, false, true);
 		break;
 	case ARG_MMSG: {
 		/* One event per datagram: ret is the number of messages moved. */
-		__u32 n = ret < a.count ? ret : a.count;
+		__u32 n = ret < a->count ? ret : a->count;
 		if (n > MAX_MMSG) {
 			count(CNT_IOV_LIMIT, 1);
 			n = MAX_MMSG;
 		}
-		struct mmsg_walk w = {.st = st, .a = &a, .n = n, .dir = dir};
+		struct mmsg_walk w = {.task = task, .st = st, .a = a, .n = n, .dir = dir};
 		bpf_loop(MAX_MMSG, emit_one_mmsg, &w, 0);
 		return 0;
 	}
@@ -233,23 +222,91 @@ static __always_inline int on_exit(struct trace_event_raw_sys_exit *ctx, __u8 di
 	return 0;
 }
 
-#define EXIT(name, dir)                                               \
+/* A write-family call returns: what its entry kept, emitted. */
+static __always_inline int on_write_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct syscall_args a;
+	struct thread_state *t = take_args(id, &a);
+	if (!t)
+		return 0;
+	long ret = ctx->ret;
+	if (ret <= 0)
+		return 0;
+	return call_exit(t, &a, NULL, DIR_EGRESS, ret, id);
+}
+
+/* A read-family call returns: one program, no entry. Its bytes are stamped with its return
+ * (decisions §2), and its arguments are still in the registers the thread entered the
+ * kernel with (syscalls leave them as they were; a signal rewrites them only on the way
+ * back to user space, after this tracepoint), so the exit decides here what remember()
+ * decides at a write's entry. A read that moved nothing costs no lookup at all. */
+static __always_inline int on_read_exit(struct trace_event_raw_sys_exit *ctx, __u32 kind,
+					const bool addr_arg, const bool count_arg)
+{
+	long ret = ctx->ret;
+	if (ret <= 0)
+		return 0;
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	if (tgid == cfg.agent_pid)
+		return 0;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	int fd = (int)PT_REGS_PARM1_SYSCALL(regs);
+	struct syscall_args a = {
+		/* enter_ns 0: stamped with the return */
+		.ptr = PT_REGS_PARM2_SYSCALL(regs),
+		.addr = addr_arg ? PT_REGS_PARM5_SYSCALL(regs) : 0,
+		.fd = fd, .kind = kind,
+		.count = count_arg ? (__u32)PT_REGS_PARM3_SYSCALL(regs) : 0,
+	};
+	__u64 mkey = conn_map_key(tgid, fd);
+	struct conn_state *st = bpf_map_lookup_elem(&conns, &mkey);
+	if (st && !st->traced && ((st->flags & CONN_F_STREAM) || !cfg.filter_ports)) {
+		/* inside an SSL call: its session uses this socket (not traced, but known) */
+		struct thread_state *t = bpf_map_lookup_elem(&threads, &id);
+		if (t && t->ssl.active && t->ssl.fd < 0)
+			t->ssl.fd = fd;
+		return 0;
+	}
+	if (!st && !fd_to_socket(fd)) {
+		if (!pipe_selected(fd, kind, tgid))
+			return 0;
+		a.kind |= ARG_PIPE;
+		return pipe_exit(&a, DIR_INGRESS, ret, id);
+	}
+	if (st && st->traced && connection_muted(st, fd))
+		return 0;
+	if (st && !(st->flags & CONN_F_STREAM))
+		st = NULL; /* a datagram socket's fd is looked at again, as at a write's exit */
+	a.sk = st ? st->sk : 0;
+	return call_exit(NULL, &a, st, DIR_INGRESS, ret, id);
+}
+
+#define EXIT(name)                                                    \
 	SEC("tracepoint/syscalls/sys_exit_" #name)                     \
 	int exit_##name(struct trace_event_raw_sys_exit *ctx)          \
 	{                                                              \
-		return on_exit(ctx, dir);                              \
+		return on_write_exit(ctx);                             \
 	}
 
-EXIT(read, DIR_INGRESS)
-EXIT(write, DIR_EGRESS)
-EXIT(readv, DIR_INGRESS)
-EXIT(writev, DIR_EGRESS)
-EXIT(sendto, DIR_EGRESS)
-EXIT(recvfrom, DIR_INGRESS)
-EXIT(sendmsg, DIR_EGRESS)
-EXIT(recvmsg, DIR_INGRESS)
-EXIT(sendmmsg, DIR_EGRESS)
-EXIT(recvmmsg, DIR_INGRESS)
+#define READ_EXIT(name, kind, addr_arg, count_arg)                    \
+	SEC("tracepoint/syscalls/sys_exit_" #name)                     \
+	int exit_##name(struct trace_event_raw_sys_exit *ctx)          \
+	{                                                              \
+		return on_read_exit(ctx, kind, addr_arg, count_arg);   \
+	}
+
+EXIT(write)
+EXIT(writev)
+EXIT(sendto)
+EXIT(sendmsg)
+EXIT(sendmmsg)
+READ_EXIT(read, ARG_BUF, false, false)
+READ_EXIT(readv, ARG_IOV, false, true)
+READ_EXIT(recvfrom, ARG_BUF, true, false)
+READ_EXIT(recvmsg, ARG_MSG, false, false)
+READ_EXIT(recvmmsg, ARG_MMSG, false, true)
 
 /* ---- connection lifecycle --------------------------------------------------------- */
 
@@ -326,9 +383,7 @@ int on_process_exit(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	/* Every thread: its thread id comes back as another thread's (a pool worker, say) */
-	__u32 tid = (__u32)id;
-	bpf_map_delete_elem(&py_tstates, &tid);
-	bpf_map_delete_elem(&inflight, &id);
+	bpf_map_delete_elem(&threads, &id);
 	if ((__u32)id != (id >> 32))
 		return 0; /* a thread, not the process */
 	return emit_proc_event(EV_PROC_EXIT, id >> 32);
@@ -368,8 +423,12 @@ static __always_inline void register_interpreter(struct pt_regs *ctx, __u32 tgid
 		return;
 	struct py_ctx_proc p = *f;
 	p.runtime = PT_REGS_IP(ctx) + f->runtime;
-	if (py_ctx_find_tstate(&p, tid))
-		bpf_map_update_elem(&py_ctx_procs, &tgid, &p, BPF_ANY);
+	if (!py_ctx_find_tstate(&p, tid) || bpf_map_update_elem(&py_ctx_procs, &tgid, &p, BPF_ANY))
+		return;
+	__u32 zero = 0;
+	__u32 *any = bpf_map_lookup_elem(&py_ctx_any, &zero);
+	if (any && !*any)
+		*any = 1;
 }
 
 /* PyContext_CopyCurrent(void): every hand-off of a Context to new work copies it (an
@@ -398,7 +457,7 @@ int BPF_KRETPROBE(context_copy_return, void *copy)
 	__u32 tgid = id >> 32;
 	if (!copy || !bpf_map_lookup_elem(&traced_pids, &tgid))
 		return 0;
-	__u64 parent = py_current_context();
+	__u64 parent = py_current_context(NULL);
 	struct task_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
 	if (!ev) {
 		count(CNT_RINGBUF_DROPS, 1);

@@ -21,17 +21,19 @@ static __always_inline int ssl_enter(void *ssl, void *buf, void *ex_len, __u8 di
 		return 0;
 	struct ssl_call call = {
 		.ssl = (__u64)ssl, .buf = (__u64)buf, .ex_len = (__u64)ex_len,
-		.enter_ns = bpf_ktime_get_ns(), .fd = -1, .dir = dir,
+		.enter_ns = bpf_ktime_get_ns(), .fd = -1, .dir = dir, .active = 1,
 	};
-	bpf_map_update_elem(&ssl_inflight, &id, &call, BPF_ANY);
+	struct thread_state *t = thread_state_made(id);
+	if (t)
+		t->ssl = call;
 	return 0;
 }
 
 /* The socket of this SSL call: the one a syscall inside it used; else the one the session
  * used before; else, for a read on a memory BIO, the one this thread just read (then the
  * TCP sequence number of that read is the plaintext's too). */
-static __always_inline int ssl_socket(struct ssl_call *call, struct ssl_key *key, __u32 tid,
-				      __u32 *seq, bool *has_seq)
+static __always_inline int ssl_socket(struct ssl_call *call, struct ssl_key *key,
+				      struct last_read *last, __u32 *seq, bool *has_seq)
 {
 	if (call->fd >= 0) {
 		*seq = call->seq;
@@ -39,8 +41,7 @@ static __always_inline int ssl_socket(struct ssl_call *call, struct ssl_key *key
 		return call->fd;
 	}
 	__s32 *known = bpf_map_lookup_elem(&ssl_fds, key);
-	struct last_read *last = bpf_map_lookup_elem(&last_reads, &tid);
-	if (call->dir != DIR_EGRESS && last && last->fresh && (!known || *known == last->fd)) {
+	if (call->dir != DIR_EGRESS && last->fresh && (!known || *known == last->fd)) {
 		last->fresh = 0;
 		*seq = last->seq;
 		*has_seq = last->has_seq;
@@ -52,16 +53,16 @@ static __always_inline int ssl_socket(struct ssl_call *call, struct ssl_key *key
 static __always_inline int ssl_exit(long ret, bool ex)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	struct ssl_call *cp = bpf_map_lookup_elem(&ssl_inflight, &id);
-	if (!cp)
+	struct thread_state *t = bpf_map_lookup_elem(&threads, &id);
+	if (!t || !t->ssl.active)
 		return 0;
-	struct ssl_call call = *cp;
-	bpf_map_delete_elem(&ssl_inflight, &id);
+	struct ssl_call call = t->ssl;
+	t->ssl.active = 0;
 	if (call.dir == SSL_HANDSHAKE) { /* in progress or done, the socket is known now */
 		struct ssl_key key = {.tgid = id >> 32, .ssl = call.ssl};
 		__u32 seq;
 		bool has_seq;
-		int fd = ssl_socket(&call, &key, (__u32)id, &seq, &has_seq);
+		int fd = ssl_socket(&call, &key, &t->last, &seq, &has_seq);
 		if (fd >= 0)
 			bpf_map_update_elem(&ssl_fds, &key, &fd, BPF_ANY);
 		return 0;
@@ -81,7 +82,7 @@ static __always_inline int ssl_exit(long ret, bool ex)
 	struct ssl_key key = {.tgid = id >> 32, .ssl = call.ssl};
 	__u32 seq = 0;
 	bool has_seq = false;
-	int fd = ssl_socket(&call, &key, (__u32)id, &seq, &has_seq);
+	int fd = ssl_socket(&call, &key, &t->last, &seq, &has_seq);
 	if (fd < 0) {
 		count(CNT_TLS_UNBOUND, 1);
 		return 0;
@@ -97,7 +98,7 @@ static __always_inline int ssl_exit(long ret, bool ex)
 	if (!st->traced || !(st->flags & CONN_F_STREAM))
 		return 0;
 	struct syscall_args a = {.enter_ns = call.enter_ns, .fd = fd};
-	emit_data(st, &a, call.dir, len, call.buf, 0, 0, NULL, seq, 0, true, true, has_seq);
+	emit_data(py_current_context(t), st, &a, call.dir, len, call.buf, 0, 0, NULL, seq, 0, true, true, has_seq);
 	return 0;
 }
 

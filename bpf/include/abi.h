@@ -4,7 +4,7 @@
 #ifndef OTEL_EBPF_ABI_H
 #define OTEL_EBPF_ABI_H
 
-#define ABI_VERSION 2
+#define ABI_VERSION 3
 #define MAX_CAPTURE 65536 /* largest payload prefix captured per message (power of two) */
 #define MAX_TARGETS 1024  /* entries in each target-selection map */
 #define COMM_LEN 16
@@ -154,6 +154,9 @@ struct agent_config {
 	__u32 tail_capture;     /* <= wide_capture */
 	__u32 wide_key_count;   /* entries used in wide_keys */
 	__u32 pipes;            /* nonzero: capture pipes of the processes in pipe_pids */
+	__u32 wakeup_step;      /* a CPU looks at the ring's fill once it has sent this many
+				 * bytes since it last looked (0: at every record) */
+	__u32 _pad;
 	__u64 wide_keys[MAX_WIDE_KEYS]; /* first 8 path bytes, as a little-endian u64 */
 };
 

@@ -46,6 +46,7 @@ struct conn_state {
 	__u32 wide;      /* 1: captured with cfg.wide_capture (an LLM API call was seen) */
 	__u32 tls;       /* 1: an SSL session uses it: its socket bytes are ciphertext, not sent */
 	__u64 tls_pos[2]; /* plaintext bytes moved so far, by direction */
+	__u64 mute_seen; /* mute_epoch when `muted` was last looked at for it */
 };
 
 /* An SSL_read/SSL_write in progress on a thread (ssl_trace.bpf.c). */
@@ -58,7 +59,8 @@ struct ssl_call {
 	__u32 seq;       /* TCP sequence number of that syscall's first byte */
 	__u8 dir;
 	__u8 has_seq;
-	__u8 _pad[6];
+	__u8 active;     /* 1 from the SSL call's entry to its return */
+	__u8 _pad[5];
 };
 
 struct ssl_key {
@@ -78,9 +80,10 @@ struct last_read {
 
 enum arg_kind { ARG_BUF = 1, ARG_IOV = 2, ARG_MSG = 3, ARG_MMSG = 4, ARG_CONNECT = 5 };
 
-/* A syscall's arguments, from its enter tracepoint to its exit tracepoint. */
+/* A syscall's arguments, from its enter tracepoint to its exit tracepoint (a write's), or
+ * read from its registers at its exit (a read's). */
 struct syscall_args {
-	__u64 enter_ns;
+	__u64 enter_ns; /* 0: stamped with the return */
 	__u64 ptr;      /* buffer, iovec array, msghdr or mmsghdr array */
 	__u64 addr;     /* sockaddr of sendto/recvfrom */
 	__u64 sk;       /* the known connection's struct sock at entry, or 0 (look it up) */
@@ -90,7 +93,19 @@ struct syscall_args {
 	__u32 _pad;
 };
 
+/* What the capture programs keep per thread, in one value so that a syscall's exit finds
+ * its arguments, the SSL call around it and the thread's last read with one lookup: the
+ * syscall's arguments from its entry to its exit (kind 0: taken), the SSL call in progress
+ * (ssl.active), the socket the thread read last (last.fresh: not yet taken by an SSL_read). */
+struct thread_state {
+	struct syscall_args args;
+	struct ssl_call ssl;
+	struct last_read last;
+	__u64 py_tstate; /* its PyThreadState (py_context.bpf.h), checked at each use */
+};
+
 struct scratch {
+	__u64 unlooked; /* bytes this CPU sent since it last looked at the ring's fill */
 	struct data_event ev;
 	__u8 payload[2 * MAX_CAPTURE]; /* twice: iovec copies are bounded per piece */
 };
@@ -105,9 +120,18 @@ CAPTURE_MAP struct {
 CAPTURE_MAP struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
-	__type(key, __u64);
-	__type(value, struct syscall_args);
-} inflight SEC(".maps");
+	__type(key, __u64); /* pid_tgid */
+	__type(value, struct thread_state);
+} threads SEC(".maps");
+
+/* One zeroed thread_state, never written: a new thread's value is copied from here (a
+ * value on the stack would take 112 of a read exit's 512 bytes). */
+CAPTURE_MAP struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct thread_state);
+} thread_blank SEC(".maps");
 
 CAPTURE_MAP struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -158,24 +182,10 @@ CAPTURE_MAP struct {
 
 CAPTURE_MAP struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64); /* pid_tgid */
-	__type(value, struct ssl_call);
-} ssl_inflight SEC(".maps");
-
-CAPTURE_MAP struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct ssl_key);
 	__type(value, __s32);
 } ssl_fds SEC(".maps");
-
-CAPTURE_MAP struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32); /* tid */
-	__type(value, struct last_read);
-} last_reads SEC(".maps");
 
 /* Connections user space asked to stop sending (no parser recognized them), by map key,
  * with the generation they were asked for (an fd reused since is another connection). */
@@ -185,6 +195,33 @@ CAPTURE_MAP struct {
 	__type(key, __u64);
 	__type(value, __u64);
 } muted SEC(".maps");
+
+/* Bumped by user space after each batch it writes into `muted`: a connection looks
+ * `muted` up only when the epoch moved since it last looked (an array read, inlined),
+ * not at every call (a hash lookup). */
+CAPTURE_MAP struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} mute_epoch SEC(".maps");
+
+/* Has user space asked to stop sending this connection (by `muted`, keyed as its map)? The
+ * entry is taken, and the connection marked untraced, when it has. */
+static __always_inline bool mute_asked(struct conn_state *st, __u64 mkey)
+{
+	__u32 zero = 0;
+	__u64 *epoch = bpf_map_lookup_elem(&mute_epoch, &zero);
+	if (!epoch || *epoch == st->mute_seen)
+		return false;
+	st->mute_seen = *epoch; /* read before `muted`: user space writes it first */
+	__u64 *gen = bpf_map_lookup_elem(&muted, &mkey);
+	if (!gen || *gen != st->key.gen)
+		return false;
+	st->traced = 0;
+	bpf_map_delete_elem(&muted, &mkey);
+	return true;
+}
 
 /* Processes with a traced connection: only theirs are worth task events. */
 CAPTURE_MAP struct {
@@ -201,6 +238,21 @@ static __always_inline void count(__u32 idx, __u64 n)
 		*v += n;
 }
 
+/* The calling thread's state, made (zeroed) when it has none yet; NULL only when the map
+ * refuses it. */
+static __always_inline struct thread_state *thread_state_made(__u64 id)
+{
+	struct thread_state *t = bpf_map_lookup_elem(&threads, &id);
+	if (t)
+		return t;
+	__u32 zero = 0;
+	struct thread_state *blank = bpf_map_lookup_elem(&thread_blank, &zero);
+	if (!blank)
+		return NULL;
+	bpf_map_update_elem(&threads, &id, blank, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&threads, &id);
+}
+
 #include "py_context.bpf.h"
 
 /* Wake the reader only when the ring fills past the threshold: each wake-up costs the
@@ -209,6 +261,20 @@ static __always_inline __u64 wakeup_flags(void)
 {
 	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
 	return avail >= cfg.wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
+/* The same for a data record of `size` bytes sent from this CPU's scratch: the fill is
+ * looked at once the CPU has sent cfg.wakeup_step bytes since it last looked, not at every
+ * record (bpf_ringbuf_query reads the reader's position, a cache line the reader writes).
+ * Past the threshold the ring grows by at most a step per CPU before a wake-up; user space
+ * sizes the step to a quarter of the room above the threshold, over all CPUs. */
+static __always_inline __u64 data_wakeup_flags(struct scratch *s, __u32 size)
+{
+	s->unlooked += size;
+	if (s->unlooked < cfg.wakeup_step)
+		return BPF_RB_NO_WAKEUP;
+	s->unlooked = 0;
+	return wakeup_flags();
 }
 
 /* min(v, max) in a form the verifier sees: clang may drop a plain clamp it can prove
@@ -221,27 +287,27 @@ static __always_inline __u64 bounded(__u64 v, const __u64 max)
 	return v;
 }
 
-/* Keep a syscall's arguments for its exit. A thread's entry stays in `inflight` once made
- * (the exit marks it consumed: kind 0), so a thread's later calls overwrite it in place: a
- * lookup, where an update and a delete of the LRU hash take its locks on every call. */
+/* Keep a syscall's arguments for its exit. A thread's entry stays in `threads` once made
+ * (the exit marks its arguments consumed: kind 0), so a thread's later calls overwrite them
+ * in place: a lookup, where an update and a delete of the LRU hash take its locks on every
+ * call. */
 static __always_inline void stash_args(__u64 id, struct syscall_args *a)
 {
-	struct syscall_args *ap = bpf_map_lookup_elem(&inflight, &id);
-	if (ap)
-		*ap = *a;
-	else
-		bpf_map_update_elem(&inflight, &id, a, BPF_ANY);
+	struct thread_state *t = thread_state_made(id);
+	if (t)
+		t->args = *a;
 }
 
-/* The arguments stashed at this thread's entry, taken (false when none is pending). */
-static __always_inline bool take_args(__u64 id, struct syscall_args *out)
+/* The arguments stashed at this thread's entry, taken; returns the thread's state (NULL
+ * when no call is pending), where the exit also finds the SSL call and the last read. */
+static __always_inline struct thread_state *take_args(__u64 id, struct syscall_args *out)
 {
-	struct syscall_args *ap = bpf_map_lookup_elem(&inflight, &id);
-	if (!ap || !ap->kind)
-		return false;
-	*out = *ap;
-	ap->kind = 0;
-	return true;
+	struct thread_state *t = bpf_map_lookup_elem(&threads, &id);
+	if (!t || !t->args.kind)
+		return NULL;
+	*out = t->args;
+	t->args.kind = 0;
+	return t;
 }
 
 static __always_inline __u64 conn_map_key(__u32 tgid, int fd)
@@ -535,10 +601,13 @@ static __always_inline bool wide_request(struct scratch *s, __u32 got)
 }
 
 /* Emit one data event of `len` bytes for the connection; the payload comes from a plain
- * buffer (buf) or an iovec array (iov, iovcnt). */
+ * buffer (buf) or an iovec array (iov, iovcnt). `task`: the Context the thread runs in
+ * (py_current_context), read by the caller: a sendmmsg's datagrams share one, read outside
+ * the bpf_loop callback that emits them (its search's own loop would be a third frame). */
 /* Stream sockets may be widened (`widen`); on a wide connection a plain-buffer message
  * longer than the capture also sends its last bytes (tail_len). */
-static __always_inline void emit_data(struct conn_state *st, struct syscall_args *a, __u8 dir,
+static __always_inline void emit_data(__u64 task, struct conn_state *st,
+				      struct syscall_args *a, __u8 dir,
 				      __u64 len, __u64 buf, __u64 iov, __u32 iovcnt,
 				      struct addr *peer, __u32 tcp_seq, const __u32 max_iov,
 				      const bool widen, const bool tls, bool has_seq)
@@ -554,14 +623,14 @@ static __always_inline void emit_data(struct conn_state *st, struct syscall_args
 
 	ev->hdr.type = EV_DATA;
 	ev->hdr.tid = (__u32)bpf_get_current_pid_tgid();
-	ev->hdr.ts_ns = a->enter_ns;
 	ev->exit_ns = bpf_ktime_get_ns();
+	ev->hdr.ts_ns = a->enter_ns ? a->enter_ns : ev->exit_ns; /* 0: a read, stamped at its return */
 	ev->key = st->key;
 	ev->direction = dir;
 	ev->msg_len = len;
 	ev->flags = 0;
 	ev->tcp_seq = tcp_seq;
-	ev->task = py_current_context();
+	ev->task = task;
 	if (peer) {
 		ev->peer = *peer;
 		ev->flags |= peer->family ? DATA_F_HAS_PEER : 0;
@@ -614,7 +683,8 @@ static __always_inline void emit_data(struct conn_state *st, struct syscall_args
 		ev->flags |= DATA_F_TRUNCATED;
 		count(CNT_TRUNCATED, 1);
 	}
-	if (bpf_ringbuf_output(&events, ev, sizeof(*ev) + size, wakeup_flags()))
+	if (bpf_ringbuf_output(&events, ev, sizeof(*ev) + size,
+			       data_wakeup_flags(s, sizeof(*ev) + size)))
 		count(CNT_RINGBUF_DROPS, 1);
 	else
 		count(CNT_DATA_EVENTS, 1);

@@ -45,31 +45,35 @@ static __always_inline struct file *fd_to_pipe(int fd)
 	return fd_to_file(fd, S_IFIFO);
 }
 
-/* At a read/write-family entry on an fd that is not a socket: remember the call for its
- * exit when the process is selected and the fd is one of its pipes not muted. */
-static __always_inline int pipe_remember(int fd, __u64 ptr, __u32 kind, __u32 cnt, __u64 id)
+/* Is this call on an fd that is not a socket one of a selected process's pipes, not muted?
+ * (A write's entry asks, a read's exit.) */
+static __always_inline bool pipe_selected(int fd, __u32 kind, __u32 tgid)
 {
 	if (!cfg.pipes || (kind != ARG_BUF && kind != ARG_IOV))
-		return 0;
-	__u32 tgid = id >> 32;
+		return false;
 	if (!bpf_map_lookup_elem(&pipe_pids, &tgid))
-		return 0;
+		return false;
 	__u64 mkey = conn_map_key(tgid, fd);
 	struct conn_state *st = bpf_map_lookup_elem(&pipe_conns, &mkey);
 	if (st) {
 		if (!st->traced)
-			return 0;
+			return false;
 		/* user space gave up on it (no parser knows its bytes: a pipe to git, a shell) */
-		__u64 *gen = bpf_map_lookup_elem(&muted, &mkey);
-		if (gen && *gen == st->key.gen) {
-			st->traced = 0;
-			bpf_map_delete_elem(&muted, &mkey);
+		if (mute_asked(st, mkey)) {
 			count(CNT_MUTED, 1);
-			return 0;
+			return false;
 		}
-	} else if (!fd_to_pipe(fd)) {
-		return 0;
+		return true;
 	}
+	return fd_to_pipe(fd) != NULL;
+}
+
+/* At a write-family entry on an fd that is not a socket: remember the call for its exit
+ * when it is a selected pipe. */
+static __always_inline int pipe_remember(int fd, __u64 ptr, __u32 kind, __u32 cnt, __u64 id)
+{
+	if (!pipe_selected(fd, kind, id >> 32))
+		return 0;
 	struct syscall_args a = {
 		.enter_ns = bpf_ktime_get_ns(), .ptr = ptr, .fd = fd, .kind = kind | ARG_PIPE,
 		.count = cnt,
@@ -78,7 +82,7 @@ static __always_inline int pipe_remember(int fd, __u64 ptr, __u32 kind, __u32 cn
 	return 0;
 }
 
-/* At the exit of a call pipe_remember kept: emit what it moved (ret > 0). */
+/* At the exit of a call on a selected pipe: emit what it moved (ret > 0). */
 static __always_inline int pipe_exit(struct syscall_args *a, __u8 dir, long ret, __u64 id)
 {
 	struct file *file = fd_to_pipe(a->fd);
@@ -116,7 +120,7 @@ static __always_inline int pipe_exit(struct syscall_args *a, __u8 dir, long ret,
 	__u32 kind = a->kind & ~ARG_PIPE;
 	/* one call site for both kinds: emit_data is inlined, and each copy costs the
 	 * verifier its iovec loop */
-	emit_data(st, a, dir, ret, kind == ARG_BUF ? a->ptr : 0, kind == ARG_IOV ? a->ptr : 0,
+	emit_data(py_current_context(NULL), st, a, dir, ret, kind == ARG_BUF ? a->ptr : 0, kind == ARG_IOV ? a->ptr : 0,
 		  a->count, NULL, 0, MAX_IOV, false, false, true);
 	return 0;
 }

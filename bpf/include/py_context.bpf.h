@@ -45,6 +45,22 @@ CAPTURE_MAP struct {
 	__type(value, struct py_ctx_proc);
 } py_ctx_procs SEC(".maps");
 
+/* 1 once any process has registered (py_ctx_procs), never cleared: until then a data
+ * event's Context costs an array read (inlined), not a hash lookup. */
+CAPTURE_MAP struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} py_ctx_any SEC(".maps");
+
+static __always_inline bool py_ctx_none_yet(void)
+{
+	__u32 zero = 0;
+	__u32 *any = bpf_map_lookup_elem(&py_ctx_any, &zero);
+	return !any || !*any;
+}
+
 /* Processes whose Context probes are attached for them alone (tgid -> 1), written by user
  * space: their forked children are reported (EV_PROC_FORK), since a child's copy of the
  * probed code loses the probes at its first hit (the kernel's filter names the parent). */
@@ -54,16 +70,6 @@ CAPTURE_MAP struct {
 	__type(key, __u32);
 	__type(value, __u8);
 } py_ctx_probed SEC(".maps");
-
-/* A thread's PyThreadState, found once by a search of the thread list, checked at each use
- * (its native thread id still says this thread: a thread state freed and reused says
- * another). Cleared at the thread's exit (sched_process_exit). */
-CAPTURE_MAP struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32); /* tid */
-	__type(value, __u64);
-} py_tstates SEC(".maps");
 
 struct py_ctx_search {
 	__u64 ts;
@@ -106,34 +112,44 @@ static __always_inline __u64 py_ctx_find_tstate(struct py_ctx_proc *p, __u32 tid
 	return s.found ? s.ts : 0;
 }
 
-/* The current thread's thread state, from the cache or a search (then cached). */
-static __always_inline __u64 py_ctx_tstate(struct py_ctx_proc *p, __u32 tid)
+/* The current thread's thread state, from the cache in its thread_state (found once by a
+ * search of the thread list, checked at each use: its native thread id still says this
+ * thread, where a thread state freed and reused says another) or a search (then cached).
+ * The cache goes with the thread's state at its exit (sched_process_exit). */
+static __always_inline __u64 py_ctx_tstate(struct py_ctx_proc *p, struct thread_state *t,
+					   __u32 tid)
 {
-	__u64 *cached = bpf_map_lookup_elem(&py_tstates, &tid);
-	if (cached && (__u32)py_ctx_read_ptr(*cached + p->tstate_native_tid) == tid)
-		return *cached;
+	if (t && t->py_tstate && (__u32)py_ctx_read_ptr(t->py_tstate + p->tstate_native_tid) == tid)
+		return t->py_tstate;
 	__u64 ts = py_ctx_find_tstate(p, tid);
-	if (ts)
-		bpf_map_update_elem(&py_tstates, &tid, &ts, BPF_ANY);
+	if (t && ts)
+		t->py_tstate = ts;
 	return ts;
 }
 
 /* The Context the calling thread runs in (its address), or 0: not a registered Python
- * process, no thread state, or no Context entered or created yet. */
-static __always_inline __u64 py_current_context(void)
+ * process, no thread state, or no Context entered or created yet. `t`: the thread's state
+ * when the caller has it. */
+static __always_inline __u64 py_current_context(struct thread_state *t)
 {
+	if (py_ctx_none_yet())
+		return 0;
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
 	struct py_ctx_proc *p = bpf_map_lookup_elem(&py_ctx_procs, &tgid);
 	if (!p)
 		return 0;
-	__u64 ts = py_ctx_tstate(p, (__u32)id);
+	if (!t)
+		t = thread_state_made(id);
+	__u64 ts = py_ctx_tstate(p, t, (__u32)id);
 	return ts ? py_ctx_read_ptr(ts + p->tstate_context) : 0;
 }
 
 /* A registered process opened a connection out: it keeps its Context probes. */
 static __always_inline void py_ctx_calls_out(__u32 tgid)
 {
+	if (py_ctx_none_yet())
+		return;
 	struct py_ctx_proc *p = bpf_map_lookup_elem(&py_ctx_procs, &tgid);
 	if (p && !p->calls_out)
 		p->calls_out = 1;

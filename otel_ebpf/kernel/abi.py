@@ -16,7 +16,7 @@ from typing import NamedTuple
 from otel_ebpf import _fast
 from otel_ebpf.protocols.base import Direction, Role, positional_maker
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 MAX_CAPTURE = 65536
 MAX_TARGETS = 1024
 COMM_LEN = 16
@@ -50,7 +50,7 @@ CONN_CLOSE = struct.Struct("<B3xIQ" + "IiQ" + "QQ")
 DATA = struct.Struct("<B3xIQ" + "IiQ" + "QQIIIBBH" + "16sHH4x" + "Q")
 TASK_NEW = struct.Struct("<B3xIQ" + "I4xQQ")
 PROC_EXIT = struct.Struct("<B3xIQ" + "I4x")
-AGENT_CONFIG = struct.Struct(f"<12I{MAX_WIDE_KEYS}Q")  # struct agent_config
+AGENT_CONFIG = struct.Struct(f"<14I{MAX_WIDE_KEYS}Q")  # struct agent_config
 
 AF_NAMES = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6", socket.AF_UNIX: "unix"}
 
@@ -318,6 +318,7 @@ def pack_agent_config(
     tail_capture: int = 0,
     wide_keys: tuple[bytes, ...] = (),
     pipes: bool = False,
+    wakeup_step: int = 0,
 ) -> bytes:
     keys = [int.from_bytes(k, "little") for k in wide_keys[:MAX_WIDE_KEYS]]
     return AGENT_CONFIG.pack(
@@ -333,6 +334,8 @@ def pack_agent_config(
         tail_capture,
         len(keys),
         int(pipes),
+        wakeup_step,
+        0,
         *keys,
         *[0] * (MAX_WIDE_KEYS - len(keys)),
     )

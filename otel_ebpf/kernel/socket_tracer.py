@@ -64,6 +64,14 @@ def wide_keys(prefixes: Iterable[str]) -> tuple[bytes, ...]:
     return tuple(keys[: abi.MAX_WIDE_KEYS])
 
 
+def wakeup_step(ring_bytes: int, wakeup_bytes: int, cpus: int) -> int:
+    """Bytes of data records a CPU sends between two looks at the ring's fill: a quarter of
+    the room above the wake-up threshold, shared by all CPUs, so the fill passes the
+    threshold by at most that quarter (plus a record per CPU) before the reader is woken.
+    0 (look at every record) when there is no room above it."""
+    return max(0, ring_bytes - wakeup_bytes) // (4 * max(1, cpus))
+
+
 def matching_pids(names: Iterable[str], proc_root: str = "/proc") -> set[int]:
     """Running processes whose argv[0] or argv[1] basename is one of `names` (so
     `uvicorn` matches `python /venv/bin/uvicorn app:app`, whose comm is `python`)."""
@@ -146,6 +154,7 @@ class SocketTracer:
             raise
         self.counters = self.obj.map("counters")
         self.bad_records = 0
+        self._mute_epoch = 0
 
     def _configure(self, s: CaptureSettings) -> None:
         if not 1 <= s.capture_max <= abi.MAX_CAPTURE:
@@ -157,7 +166,9 @@ class SocketTracer:
                            f"0..{abi.MAX_CAPTURE}")
         self.obj.set_max_entries("events", s.ring_buffer_bytes)
         self.obj.set_max_entries("conns", s.max_connections)
-        self.obj.set_max_entries("scratch_buf", lib.libbpf_num_possible_cpus())
+        cpus = lib.libbpf_num_possible_cpus()
+        self.obj.set_max_entries("scratch_buf", cpus)
+        wakeup = s.ring_buffer_bytes * s.wakeup_fill_percent // 100
         by_name = matching_pids(s.process_names) if s.process_names else set()
         self._pids = set(s.pids) | by_name
         self.obj.set_rodata(
@@ -167,7 +178,8 @@ class SocketTracer:
                 filter_pids=bool(self._pids) or bool(s.process_names),
                 filter_comms=bool(s.process_names),
                 filter_ports=bool(s.ports),
-                wakeup_bytes=s.ring_buffer_bytes * s.wakeup_fill_percent // 100,
+                wakeup_bytes=wakeup,
+                wakeup_step=wakeup_step(s.ring_buffer_bytes, wakeup, cpus),
                 ignore_ports=bool(s.ignored_ports),
                 wide_capture=wide,
                 tail_capture=s.tail_capture if keys else 0,
@@ -221,10 +233,15 @@ class SocketTracer:
 
     def mute(self, keys: list[tuple[int, int, int]]) -> None:
         """Stop tracing these connections (pid, fd, generation): no parser wants them."""
+        if not keys:
+            return
         table = self.obj.map("muted")
         for pid, fd, gen in keys:
             table.update(((pid << 32) | (fd & 0xFFFFFFFF)).to_bytes(8, "little"),
                          gen.to_bytes(8, "little"))
+        # after the entries: a connection looks at `muted` once the epoch has moved
+        self._mute_epoch += 1
+        self.obj.map("mute_epoch").update(bytes(4), self._mute_epoch.to_bytes(8, "little"))
 
     def kernel_counters(self) -> dict[str, list[int]]:
         """The per-CPU counters of the BPF program, by name (one value per CPU)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -191,3 +192,75 @@ def test_process_names_select_by_the_process_not_the_thread():
     assert len(payloads) == 2  # sent and received, both by the thread named "recv"
     opens = [e for e in events if isinstance(e, abi.ConnOpen) and e.comm == "peerproc"]
     assert opens, "connections are opened under the process's name"
+
+
+# 4 KiB written and read on 127.0.0.1:port, PAIRS times, by another process: a data event
+# for each write and each read; then "done", and the connection held open until stdin
+# closes (a close or an exit is a record too, that would look at the fill itself)
+FILL_TRAFFIC = """
+import socket, sys
+port, pairs = int(sys.argv[1]), int(sys.argv[2])
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", port))
+srv.listen()
+cli = socket.create_connection(("127.0.0.1", port))
+conn, _ = srv.accept()
+msg = b"f" * 4096
+for _ in range(pairs):
+    cli.sendall(msg)
+    got = 0
+    while got < len(msg):
+        got += len(conn.recv(len(msg) - got))
+print("done", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_ring_past_its_wakeup_threshold_wakes_the_reader():
+    """Data records wake no one below wakeup_fill_percent (the agent drains on its timer);
+    past it the reader is woken. A CPU looks at the fill once per wakeup_step bytes it sent,
+    so the wake-up comes within a step per CPU past the threshold: a reader asleep with no
+    timeout in sight is woken by a writer filling the ring, and finds the threshold's worth
+    of records. (Any record sent past the threshold wakes it, another process's exit too:
+    on a busy host the wake-up may come from one of those as well.) Also: a read's record
+    is stamped with its return, a write's with its entry."""
+    require_kernel()
+    from otel_ebpf import _fast
+
+    assert _fast.ring is not None, "the compiled ring reader (setup.py build_ext) is needed"
+    port = free_port()
+    ring = 1 << 20
+    tracer = SocketTracer(CaptureSettings(ports=(port,), ring_buffer_bytes=ring,
+                                          wakeup_fill_percent=50, capture_max=4096),
+                          LibbpfLog())
+    try:
+        while tracer.ring.poll(0)[0]:  # nothing pending, nothing armed
+            pass
+        woken: list = []
+        waiter = threading.Thread(target=lambda: woken.append(tracer.ring.poll(120_000)))
+        waiter.start()
+        time.sleep(0.2)  # (if the wake-up came first, it marks the ring ready all the same)
+        pairs = 3 * ring // (4 * 4096)  # 3/4 of a ring of data events
+        proc = subprocess.Popen([sys.executable, "-c", FILL_TRAFFIC, str(port), str(pairs)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout.readline().strip() == "done"
+            waiter.join(150)  # the writer still holds its connection open
+        finally:
+            proc.stdin.close()
+            proc.wait(30)
+        assert woken, "the reader's poll never returned"
+        events, _, rc = woken[0]
+        assert rc > 0, "the poll timed out: the fill past the threshold woke no one"
+        mine = data(events)
+        # woken by the fill: what it found is most of the threshold's worth (4 KiB records)
+        assert len(mine) * (4096 + abi.DATA.size + 8) >= ring // 4, len(mine)
+        assert {e.direction for e in mine} == {Direction.EGRESS, Direction.INGRESS}
+        for e in mine:
+            if e.direction == Direction.INGRESS:
+                assert e.enter_ns == e.exit_ns
+            else:
+                assert 0 < e.enter_ns <= e.exit_ns
+    finally:
+        tracer.close()

@@ -39,7 +39,7 @@ int main(void) {
            DATA_F_NO_SEQ);
     printf("CNT_TLS_UNBOUND %d\n", CNT_TLS_UNBOUND);
     printf("CONN_F_PIPE %d\n", CONN_F_PIPE);
-    O(agent_config, pipes);
+    O(agent_config, pipes); O(agent_config, wakeup_step);
     return 0;
 }
 """
@@ -77,7 +77,7 @@ def test_offsets(c_layout):
     assert int(c_layout["data_event.direction"]) == h + k + 28
     assert int(c_layout["data_event.tail_len"]) == h + k + 30
     assert int(c_layout["agent_config.wide_capture"]) == 8 * 4
-    assert int(c_layout["agent_config.wide_keys"]) == 12 * 4
+    assert int(c_layout["agent_config.wide_keys"]) == 14 * 4
     assert int(c_layout["data_event.peer"]) == abi.DATA.size - a - 8
     assert int(c_layout["data_event.task"]) == abi.DATA.size - 8
     assert int(c_layout["task_event.task"]) == h + 8
@@ -100,6 +100,7 @@ def test_constants(c_layout):
     assert abi.COUNTER_NAMES[int(c_layout["CNT_TLS_UNBOUND"])] == "tls_unbound"
     assert int(c_layout["CONN_F_PIPE"]) == abi.CONN_F_PIPE
     assert int(c_layout["agent_config.pipes"]) == 11 * 4  # the 12th u32 of AGENT_CONFIG
+    assert int(c_layout["agent_config.wakeup_step"]) == 12 * 4  # the 13th
     assert int(c_layout["MAX_WIDE_KEYS"]) == abi.MAX_WIDE_KEYS
     assert abi.COUNTER_NAMES[int(c_layout["CNT_WIDENED"])] == "widened"
 
@@ -114,6 +115,9 @@ def test_a_pipe_open_names_the_pipe_by_inode():
     assert abi.AGENT_CONFIG.unpack(abi.pack_agent_config(
         agent_pid=1, capture_max=1, filter_pids=False, filter_comms=False, filter_ports=False,
         wakeup_bytes=1, pipes=True))[11] == 1
+    assert abi.AGENT_CONFIG.unpack(abi.pack_agent_config(
+        agent_pid=1, capture_max=1, filter_pids=False, filter_comms=False, filter_ports=False,
+        wakeup_bytes=1, wakeup_step=4096))[12] == 4096
 
 
 def test_decode_roundtrip():
@@ -155,3 +159,12 @@ def test_decode_roundtrip():
 def test_decode_rejects_bad_records(record):
     with pytest.raises(abi.BadRecord):
         abi.decode(record)
+
+
+def test_wakeup_step_is_a_quarter_of_the_room_above_the_threshold_per_cpu():
+    from otel_ebpf.kernel.socket_tracer import wakeup_step
+
+    ring = 16 << 20
+    assert wakeup_step(ring, ring // 2, 2) == ring // 16  # 2 CPUs: half of the room each, / 4
+    assert wakeup_step(ring, ring // 2, 64) * 64 <= (ring - ring // 2) // 4
+    assert wakeup_step(ring, ring, 8) == 0  # no room above: the fill is looked at every record
