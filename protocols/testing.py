@@ -212,23 +212,35 @@ def fuzz_chunk(fdp, pieces: list[bytes]) -> bytes:
     return piece
 
 
-def fuzz_stream(fdp, make: Callable[[], tuple[ProtocolParser, tuple[HTTPLayer, ...]]],
-                pieces: list[bytes]) -> list[ConnectionDriver]:
-    """One input on one stream connection: role, mid-stream start, then chunks both ways
-    (with lost bytes now and then, and time passing so timeouts fire), maybe the close."""
-    parser, layers = make()
+def fuzz_script(fdp, pieces: list[bytes], ticks: bool = False) -> tuple:
+    """A connection's role, whether it is seen midstream, a script of syscalls (direction,
+    captured bytes, bytes lost before them[, a clock tick after them]) and whether it ends
+    closed, drawn from the fuzzer's bytes in that order (a corpus keeps its meaning)."""
     role = (Role.CLIENT, Role.SERVER)[fdp.ConsumeIntInRange(0, 1)]
-    driver = ConnectionDriver(parser, conn_info(role), midstream=fdp.ConsumeBool(),
-                              layers=layers)
+    midstream = fdp.ConsumeBool()
+    script = []
     for _ in range(fdp.ConsumeIntInRange(0, MAX_STEPS)):
         if fdp.remaining_bytes() == 0:
             break
         direction = (Direction.EGRESS, Direction.INGRESS)[fdp.ConsumeIntInRange(0, 1)]
         captured = fuzz_chunk(fdp, pieces)
         gap = GAPS[fdp.ConsumeIntInRange(0, len(GAPS) - 1)] if fdp.ConsumeProbability() < 0.1 else 0
+        step = (direction, captured, gap)
+        script.append((*step, fdp.ConsumeProbability() < 0.05) if ticks else step)
+    return role, midstream, script, fdp.ConsumeBool()
+
+
+def fuzz_stream(fdp, make: Callable[[], tuple[ProtocolParser, tuple[HTTPLayer, ...]]],
+                pieces: list[bytes]) -> list[ConnectionDriver]:
+    """One input on one stream connection: role, mid-stream start, then chunks both ways
+    (with lost bytes now and then, and time passing so timeouts fire), maybe the close."""
+    parser, layers = make()
+    role, midstream, script, close = fuzz_script(fdp, pieces, ticks=True)
+    driver = ConnectionDriver(parser, conn_info(role), midstream=midstream, layers=layers)
+    for direction, captured, gap, tick in script:
         driver.feed(direction, captured, gap)
-        if fdp.ConsumeProbability() < 0.05:  # time passes: response timeouts fire
+        if tick:  # time passes: response timeouts fire
             driver.tick(driver.now + 60 * 10**9)
-    if fdp.ConsumeBool():
+    if close:
         driver.close()
     return [driver]

@@ -44,6 +44,7 @@ from otel_ebpf.protocols.testing import (  # noqa: E402
     ConnectionDriver,
     conn_info,
     fuzz_chunk,
+    fuzz_script,
     fuzz_stream,
 )
 
@@ -104,24 +105,6 @@ def _registered(target) -> Callable[[bytes], None]:
             totals.add(drivers[0], sum(len(d.spans()) for d in drivers), tuple(drivers[1:]))
 
     return one
-
-
-def fuzz_script(fdp, pieces: list[bytes], ticks: bool = False) -> tuple:
-    """A connection's role, whether it is seen midstream, a script of syscalls (direction,
-    captured bytes, bytes lost before them[, a clock tick after them]) and whether it ends
-    closed, drawn from the fuzzer's bytes in that order (a corpus keeps its meaning)."""
-    role = (Role.CLIENT, Role.SERVER)[fdp.ConsumeIntInRange(0, 1)]
-    midstream = fdp.ConsumeBool()
-    script = []
-    for _ in range(fdp.ConsumeIntInRange(0, MAX_STEPS)):
-        if fdp.remaining_bytes() == 0:
-            break
-        direction = (Direction.EGRESS, Direction.INGRESS)[fdp.ConsumeIntInRange(0, 1)]
-        captured = fuzz_chunk(fdp, pieces)
-        gap = GAPS[fdp.ConsumeIntInRange(0, len(GAPS) - 1)] if fdp.ConsumeProbability() < 0.1 else 0
-        step = (direction, captured, gap)
-        script.append((*step, fdp.ConsumeProbability() < 0.05) if ticks else step)
-    return role, midstream, script, fdp.ConsumeBool()
 
 
 def _http1_differential(pieces: list[bytes]) -> Callable[[bytes], None]:
