@@ -142,8 +142,12 @@ def test_capture_keys_shows_keys_and_still_no_value(start_agent, redis_server):
     def keyed(spans):
         return {s.kind for s in spans if s.attrs.get("db.query.text") == wanted}
 
-    spans = agent.wait_for(lambda s: keyed(s) == {CLIENT, SERVER}, timeout_s=40)
+    def got(spans):
+        return any(s.attrs.get("db.query.text") == f"GET {PLANTED_KEY}" for s in spans)
+
+    # the GET comes after the SET: its spans may be exported in a later batch
+    spans = agent.wait_for(lambda s: keyed(s) == {CLIENT, SERVER} and got(s), timeout_s=40)
     assert keyed(spans) == {CLIENT, SERVER}
-    assert any(s.attrs.get("db.query.text") == f"GET {PLANTED_KEY}" for s in spans)
+    assert got(spans)
     for s in spans:
         assert PLANTED_VALUE not in json.dumps(s.attrs), s
