@@ -8,7 +8,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
@@ -226,8 +226,8 @@ class SpanMetrics:
                     name, attributes = first.instrument, first.attributes
                     if type(first) is Measurements:  # a run made as one
                         if first.values:
-                            self._add_run(resource, name, attributes, list(first.values),
-                                          now_ns, keys, dropped)
+                            self._add_run(resource, name, attributes, first.values, now_ns,
+                                          keys, dropped)
                         i += 1
                         continue
                     j = i + 1
@@ -246,7 +246,7 @@ class SpanMetrics:
         resource: Resource | None,
         name: str,
         attributes: Mapping[str, AttributeValue],
-        values: list[float],
+        values: Sequence[float],
         now_ns: int,
         keys: dict[int, tuple],
         dropped: dict[str, int],
