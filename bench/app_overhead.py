@@ -90,7 +90,6 @@ import contextlib
 import datetime
 import json
 import os
-import re
 import shlex
 import shutil
 import statistics
@@ -110,6 +109,7 @@ sys.path.insert(0, str(REPO))
 
 import bench.agent_process  # noqa: E402
 from bench.agent_process import VENV_BIN, AgentProcess, agent_tree, proc_cpu_s  # noqa: E402
+from bench.capacity.wrk_load import report as wrk_report  # noqa: E402
 from bench.kernel_overhead import program_stats  # noqa: E402
 from bench.side_by_side import publish  # noqa: E402
 from bench.tracing_share import TracingShare, read as read_share, record  # noqa: E402
@@ -276,17 +276,15 @@ def max_throughput(port: int, args, server, agent, path: str = "/items/42") -> P
     cmd = ["wrk", "-t", "1", "-c", str(args.wrk_connections), "-d", f"{args.seconds:g}s",
            f"http://127.0.0.1:{port}{path}"]
     stdout, wall, app_cpu, agent_cpu = load_phase(cmd, args.seconds + 60, server, agent, args)
-    rps = re.search(r"Requests/sec:\s*([\d.]+)", stdout)
-    done = re.search(r"(\d+) requests in", stdout)
-    if not rps or not done:
-        raise RuntimeError(f"cannot read wrk's output:\n{stdout}")
-    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", stdout)
-    socket_errors = re.search(r"Socket errors: (.*)", stdout)
-    if bad or socket_errors:
-        print(f"  wrk: {bad[0] if bad else ''} {socket_errors[0] if socket_errors else ''}",
-              file=sys.stderr)
-    return Phase(requests=int(done[1]), wall_s=wall, app_cpu_s=app_cpu, agent_cpu_s=agent_cpu,
-                 rps=float(rps[1]), errors=int(bad[1]) if bad else 0)
+    try:
+        got = wrk_report(stdout)
+    except ValueError as exc:
+        raise RuntimeError(f"cannot read wrk's output:\n{stdout}") from exc
+    if got["non_2xx"] or any(got["socket_errors"]):
+        print(f"  wrk: {got['non_2xx']} non-2xx/3xx answers, socket errors (connect, read, "
+              f"write, timeout) {got['socket_errors']}", file=sys.stderr)
+    return Phase(requests=got["completed"], wall_s=wall, app_cpu_s=app_cpu,
+                 agent_cpu_s=agent_cpu, rps=got["rate"], errors=got["non_2xx"])
 
 
 def run_server(mode: str, args, endpoint: str = "async") -> ServerRun:

@@ -21,16 +21,24 @@ import sys
 SOCKET_ERRORS = re.compile(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)")
 
 
-def summary(stdout: str) -> dict:
-    """completed, rate and errors from wrk's report; ValueError when it is not one."""
+def report(stdout: str) -> dict:
+    """What wrk's report says: completed, rate, non_2xx (its non-2xx/3xx answers) and
+    socket_errors (connect, read, write, timeout); ValueError when it is not one."""
     done = re.search(r"(\d+) requests in", stdout)
     rate = re.search(r"Requests/sec:\s*([\d.]+)", stdout)
     if not done or not rate:
         raise ValueError(f"not a wrk report:\n{stdout}")
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", stdout)
     sockets = SOCKET_ERRORS.search(stdout)
-    errors = (int(bad[1]) if bad else 0) + (sum(map(int, sockets.groups())) if sockets else 0)
-    return {"completed": int(done[1]), "rate": float(rate[1]), "errors": errors}
+    return {"completed": int(done[1]), "rate": float(rate[1]), "non_2xx": int(bad[1]) if bad else 0,
+            "socket_errors": tuple(map(int, sockets.groups())) if sockets else (0, 0, 0, 0)}
+
+
+def summary(stdout: str) -> dict:
+    """completed, rate and errors (non-2xx/3xx answers plus socket errors) of wrk's report."""
+    got = report(stdout)
+    return {"completed": got["completed"], "rate": got["rate"],
+            "errors": got["non_2xx"] + sum(got["socket_errors"])}
 
 
 def main() -> int:
