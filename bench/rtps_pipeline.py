@@ -3,8 +3,8 @@
 captured by the agent's own BPF programs): ring records -> events -> connection table and
 the rtps parser -> correlator -> spans ready for export -> OTLP protobuf and OTLP/JSON.
 
-    .venv/bin/python bench/rtps_pipeline.py [--rounds 5] [--repeat 100] [--profile]
-    .venv/bin/python bench/rtps_pipeline.py --against DIR [--rounds 7] [--out FILE]
+    .venv/bin/python bench/rtps_pipeline.py [--rounds 5] [--repeat 100] [--profile] [--agent-gc]
+    .venv/bin/python bench/rtps_pipeline.py --against DIR [--rounds 7] [--agent-gc] [--out FILE]
 
 The recording is replayed whole once (discovery, then 10 samples); then its steady part,
 the datagrams of the user writer (DATA, HEARTBEAT, ACKNACK, GAP: what a running topic
@@ -12,7 +12,9 @@ sends), `--repeat` more times, sequence numbers and kernel times moved on each t
 every replay is 10 new samples, published once and received twice (30 spans). Only the
 steady replays are timed. --against DIR interleaves rounds of another checkout (prepared
 as for bench/stream_pipeline.py). Times are CPU time of this process; medians [min–max]
-over rounds, µs per span.
+over rounds, µs per span. The garbage collector runs at Python's defaults unless
+--agent-gc sets it as the running agent does (otherwise a full collection of the replay's
+objects falls into whichever stage allocates when it is due).
 """
 
 from __future__ import annotations
@@ -237,14 +239,15 @@ def against(args) -> None:
     for i in range(args.rounds):
         for side in (("before", "after") if i % 2 == 0 else ("after", "before")):
             out = subprocess.run([sys.executable, __file__, "--root", roots[side], "--rounds", "1",
-                                  "--repeat", str(args.repeat), "--json"],
+                                  "--repeat", str(args.repeat), "--json",
+                                  *(["--agent-gc"] if args.agent_gc else [])],
                                  check=True, capture_output=True, text=True).stdout
             runs[side] += json.loads(out)
     lines = [f"### Agent CPU per ROS 2 / DDS span, before and after "
              f"({time.strftime('%Y-%m-%d')}, recorded RTPS datagrams, median [min–max] of "
              f"{args.rounds} interleaved rounds, µs per span)", "",
              f"`.venv/bin/python bench/rtps_pipeline.py --against DIR --rounds {args.rounds} "
-             f"--repeat {args.repeat}`", "",
+             f"--repeat {args.repeat}{' --agent-gc' if args.agent_gc else ''}`", "",
              "| stage | before | after | after / before |", "|---|---:|---:|---:|"]
     for stage in (*STAGES, "the agent's path"):
         get = total if stage == "the agent's path" else (lambda r, s=stage: r[s])
@@ -268,6 +271,10 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--agent-gc", action="store_true",
+                    help="after the warm-up round, the garbage collector as the agent sets it "
+                         "once started (otel_ebpf/agent.py _tune_gc); without it, Python's "
+                         "defaults")
     args = ap.parse_args()
     if not (1 <= args.rounds <= 100 and 1 <= args.repeat <= 10_000):
         ap.error("--rounds 1..100, --repeat 1..10000")
@@ -278,6 +285,10 @@ def main() -> None:
     import pstats
     profile = cProfile.Profile() if args.profile else None
     one_round(2)  # imports and first-call caches: not what a span costs
+    if args.agent_gc:  # the checkout's own agent settings (either side of --against)
+        from otel_ebpf import agent
+
+        agent._tune_gc()
     results = [one_round(args.repeat, profile) for _ in range(args.rounds)]
     if args.json:
         print(json.dumps(results))

@@ -16,6 +16,7 @@ from ..base import (
     Role,
     SpanKind,
     StatusCode,
+    positional_maker,
 )
 from .names import Names
 from .parse import VENDORS
@@ -84,6 +85,33 @@ def to_spans(record: MessageRecord | CallRecord, conn: ConnInfo) -> list[Neutral
     return [_message(record)]
 
 
+_new_span = positional_maker(NeutralSpan, (
+    "name", "kind", "start_ns", "end_ns", "conn", "attributes", "protocol", "message_id",
+    "measurements"))
+_measurement = positional_maker(Measurement, ("instrument", "value", "attributes"))
+
+# The measurements' attribute dicts, one per (system, topic, operation): a topic's samples
+# share them instead of making two dicts per span (span metrics reads them, never writes).
+# Bounded: undiscovered writers name their topic by entity id, so the keys are not.
+MAX_METRIC_ATTRIBUTES = 1024
+_metric_dicts: dict[tuple[str, str, str], tuple[Attributes, Attributes]] = {}
+
+
+def _metric_attributes(system: str, destination: str, operation: str
+                       ) -> tuple[Attributes, Attributes]:
+    """(common, common + operation) for a sample's measurements."""
+    key = (system, destination, operation)
+    found = _metric_dicts.get(key)
+    if found is None:
+        common: Attributes = {"messaging.system": system,
+                              "messaging.destination.name": destination}
+        found = (common, {**common, "messaging.operation.name": operation})
+        if len(_metric_dicts) >= MAX_METRIC_ATTRIBUTES:
+            _metric_dicts.clear()
+        _metric_dicts[key] = found
+    return found
+
+
 def _message(record: MessageRecord) -> NeutralSpan:
     sample, names = record.sample, record.names
     publish = sample.direction is EGRESS
@@ -102,26 +130,18 @@ def _message(record: MessageRecord) -> NeutralSpan:
     }
     _names(names, attrs)
     _sample(sample, record.conn, attrs, writer)
-    common: Attributes = {"messaging.system": system, "messaging.destination.name": destination}
-    measurements = [Measurement(BODY_SIZE, float(sample.size),
-                                {**common, "messaging.operation.name": operation})]
-    if record.latency_ns is not None:
-        attrs[DELIVERY_LATENCY] = record.latency_ns / NS
-        measurements.append(Measurement(LATENCY, record.latency_ns / NS, common))
+    common, with_operation = _metric_attributes(system, destination, operation)
+    measurements = [_measurement(BODY_SIZE, float(sample.size), with_operation)]
+    latency_ns = record.latency_ns
+    if latency_ns is not None:
+        attrs[DELIVERY_LATENCY] = latency = latency_ns / NS
+        measurements.append(_measurement(LATENCY, latency, common))
     loss = sample.loss
     for event, n in sorted(loss.items()) if loss else ():
-        measurements.append(Measurement(RELIABILITY_EVENTS, float(n), {**common, EVENT: event}))
-    return NeutralSpan(
-        name=f"{operation} {destination}",
-        kind=PRODUCER if publish else CONSUMER,
-        start_ns=sample.start_ns,
-        end_ns=max(sample.end_ns, sample.start_ns),
-        conn=record.conn,
-        attributes=attrs,
-        protocol=PROTOCOL,
-        message_id=message_id,
-        measurements=measurements,
-    )
+        measurements.append(_measurement(RELIABILITY_EVENTS, float(n), {**common, EVENT: event}))
+    return _new_span(f"{operation} {destination}", PRODUCER if publish else CONSUMER,
+                     sample.start_ns, max(sample.end_ns, sample.start_ns), record.conn, attrs,
+                     PROTOCOL, message_id, measurements)
 
 
 def _names(names: Names | None, attrs: Attributes) -> None:

@@ -14,7 +14,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from ..base import ConnInfo, Direction, ParserState, Record, Role
+from ..base import ConnInfo, Direction, ParserState, Record, Role, positional_maker
 from ..common import BoundedTable
 from . import payload as pl
 from .discovery import DISCOVERY_WRITERS, Discovery
@@ -103,6 +103,13 @@ class MessageRecord(Record):
     sample: Sample
     names: Names | None  # None: discovery never named its writer
     latency_ns: int | None = None  # receive - send, both on this host
+
+
+# Positional makers (protocols/base.py): a sample and a record are made per DDS sample
+_new_sample = positional_maker(Sample, (
+    "direction", "writer", "seq", "reader", "dst_prefix", "start_ns", "end_ns", "size", "peer",
+    "vendor", "head", "inline_qos", "qos_little"))
+_new_message_record = positional_maker(MessageRecord, ("conn", "sample", "names", "latency_ns"))
 
 
 @dataclass(slots=True, kw_only=True)
@@ -336,10 +343,10 @@ def _data(state: RTPSState, frame: RTPSMessage, sub: Data, shared: Shared) -> No
     reader = (None if not reader_id or dst == EVERY_PARTICIPANT
               else dst + reader_id.to_bytes(4, "big"))
     peer = frame.peer
-    sample = Sample(frame.direction, sub.src_prefix + writer_id.to_bytes(4, "big"), sub.seq,
-                    reader, dst, frame.start_ns, frame.end_ns, size, peer, frame.vendor,
-                    sub.payload[: shared.limits.payload_head], sub.inline_qos,
-                    bool(flags & FLAG_E))
+    sample = _new_sample(frame.direction, sub.src_prefix + writer_id.to_bytes(4, "big"),
+                         sub.seq, reader, dst, frame.start_ns, frame.end_ns, size, peer,
+                         frame.vendor, sub.payload[: shared.limits.payload_head],
+                         sub.inline_qos, bool(flags & FLAG_E))
     _sample(state, sample, (peer, dst), shared)
 
 
@@ -555,7 +562,7 @@ def _release(waiting: deque[Waiting], now: int, shared: Shared, final: bool,
             latency = _latency(sent, sample)
         if names is None:
             count("unknown_writers")
-        records.append(MessageRecord(conn=conn, sample=sample, names=names, latency_ns=latency))
+        records.append(_new_message_record(conn, sample, names, latency))
     return keep
 
 
