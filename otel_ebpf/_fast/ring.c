@@ -3,12 +3,13 @@
  * no Python object per record while draining, the GIL released), records are copied into
  * one growing arena, then decoded in a single pass into the events otel_ebpf/kernel/abi.py
  * defines. The events that come by the thousand (data, close, and an asyncio program's
- * Context copies) are built here; every other record is handed back as bytes for
+ * Context copies, and a datagram's peer) are built here; every other record is handed back as bytes for
  * abi.decode, which stays the reference (tests/unit/test_fast_ring.py decodes the same
  * records both ways).
  *
- *   configure(DataEvent, ConnClose, directions[, make_task])   once, from
- *       otel_ebpf/kernel/abi.py; make_task(pid, tid, ts_ns, task, parent) -> TaskNew
+ *   configure(DataEvent, ConnClose, directions[, make_task[, make_peer]])   once, from
+ *       otel_ebpf/kernel/abi.py; make_task(pid, tid, ts_ns, task, parent) -> TaskNew,
+ *       make_peer(raw, family, port) -> (address, port)
  *   decode(records: list[bytes]) -> (events, n_raw)
  *   Ring(fds).poll(timeout_ms) -> (events, n_raw, rc)
  */
@@ -27,18 +28,30 @@
 static PyTypeObject *data_type, *close_type; /* abi.DataEvent, abi.ConnClose (named tuples) */
 static PyObject *directions;                 /* (Direction.EGRESS, Direction.INGRESS) */
 static PyObject *make_task;                  /* abi's TaskNew maker, or NULL: handed back */
+static PyObject *make_peer;                  /* abi's peer maker, or NULL: handed back */
 static PyObject *empty_bytes;
+
+/* A datagram socket's peers recur too (a DDS participant's few ports): the (address, port)
+ * tuples made last are kept, direct-mapped by address and port, like the keys below. */
+#define PEERS_KEPT 64 /* a power of two */
+
+static struct kept_peer {
+	struct addr addr;
+	PyObject *value;
+} kept_peers[PEERS_KEPT];
 
 static PyObject *configure(PyObject *self, PyObject *args)
 {
-	PyObject *d, *c, *dirs, *task = NULL;
-	if (!PyArg_ParseTuple(args, "O!O!O!|O", &PyType_Type, &d, &PyType_Type, &c, &PyTuple_Type,
-			      &dirs, &task))
+	PyObject *d, *c, *dirs, *task = NULL, *peer = NULL;
+	if (!PyArg_ParseTuple(args, "O!O!O!|OO", &PyType_Type, &d, &PyType_Type, &c, &PyTuple_Type,
+			      &dirs, &task, &peer))
 		return NULL;
 	if (task == Py_None)
 		task = NULL;
-	if (task && !PyCallable_Check(task)) {
-		PyErr_SetString(PyExc_TypeError, "configure: make_task must be callable");
+	if (peer == Py_None)
+		peer = NULL;
+	if ((task && !PyCallable_Check(task)) || (peer && !PyCallable_Check(peer))) {
+		PyErr_SetString(PyExc_TypeError, "configure: make_task and make_peer must be callable");
 		return NULL;
 	}
 	if (!PyType_IsSubtype((PyTypeObject *)d, &PyTuple_Type) ||
@@ -54,6 +67,10 @@ static PyObject *configure(PyObject *self, PyObject *args)
 	Py_XSETREF(directions, dirs);
 	Py_XINCREF(task);
 	Py_XSETREF(make_task, task);
+	Py_XINCREF(peer);
+	Py_XSETREF(make_peer, peer);
+	for (size_t i = 0; i < PEERS_KEPT; i++) /* made by the maker before: made again */
+		Py_CLEAR(kept_peers[i].value);
 	Py_RETURN_NONE;
 }
 
@@ -130,6 +147,44 @@ static PyObject *tid_of(__u32 tid)
 	return value;
 }
 
+static int same_addr(const struct addr *a, const struct addr *b)
+{
+	return a->port == b->port && a->family == b->family &&
+	       memcmp(a->bytes, b->bytes, sizeof(a->bytes)) == 0;
+}
+
+/* abi._decode_data's peer: make_peer(raw, family, port), kept while the address matches */
+static PyObject *peer_of(const struct addr *a)
+{
+	__u32 h = a->port * 2654435761u;
+	for (size_t i = 0; i < sizeof(a->bytes); i += 4) {
+		__u32 w;
+		memcpy(&w, a->bytes + i, 4);
+		h ^= w * 40503u + (h >> 7);
+	}
+	struct kept_peer *slot = &kept_peers[(h ^ (h >> 16)) & (PEERS_KEPT - 1)];
+	if (slot->value && same_addr(&slot->addr, a)) {
+		Py_INCREF(slot->value);
+		return slot->value;
+	}
+	PyObject *args[3] = {
+		PyBytes_FromStringAndSize((const char *)a->bytes, sizeof(a->bytes)),
+		PyLong_FromUnsignedLong(a->family),
+		PyLong_FromUnsignedLong(a->port),
+	};
+	PyObject *value = NULL;
+	if (args[0] && args[1] && args[2])
+		value = PyObject_Vectorcall(make_peer, args, 3, NULL);
+	for (int i = 0; i < 3; i++)
+		Py_XDECREF(args[i]);
+	if (!value)
+		return NULL;
+	Py_INCREF(value);
+	Py_XSETREF(slot->value, value);
+	slot->addr = *a;
+	return value;
+}
+
 static PyObject *slice(const unsigned char *rec, size_t size, size_t from, size_t to)
 {
 	/* Python's slice rules: clamped to the record, empty when reversed */
@@ -158,7 +213,11 @@ static PyObject *decode_data(const unsigned char *rec, size_t size)
 	}
 	PyObject *direction = PyTuple_GET_ITEM(directions, ev.direction & 1);
 	Py_INCREF(direction);
-	Py_INCREF(Py_None);
+	PyObject *peer = Py_None;
+	if (ev.flags & DATA_F_HAS_PEER)
+		peer = peer_of(&ev.peer); /* decode_one sends it here with make_peer only */
+	else
+		Py_INCREF(Py_None);
 	PyObject *tls = ev.flags & DATA_F_TLS ? Py_True : Py_False;
 	Py_INCREF(tls);
 	PyObject *items[13] = {
@@ -171,7 +230,7 @@ static PyObject *decode_data(const unsigned char *rec, size_t size)
 		PyLong_FromUnsignedLong(ev.msg_len),
 		tcp_seq,
 		slice(rec, size, hdr, head_end),
-		Py_None, /* peer: records with one go to abi.decode */
+		peer,
 		PyLong_FromUnsignedLongLong(ev.task),
 		ev.tail_len ? slice(rec, size, head_end, hdr + captured) : (Py_INCREF(empty_bytes), empty_bytes),
 		tls,
@@ -216,7 +275,7 @@ static PyObject *decode_task(const unsigned char *rec)
 static PyObject *decode_one(const unsigned char *rec, size_t size, Py_ssize_t *raw)
 {
 	if (size >= sizeof(struct data_event) && rec[0] == EV_DATA &&
-	    !(((const struct data_event *)rec)->flags & DATA_F_HAS_PEER))
+	    (make_peer || !(((const struct data_event *)rec)->flags & DATA_F_HAS_PEER)))
 		return decode_data(rec, size);
 	if (size >= sizeof(struct conn_close_event) && rec[0] == EV_CONN_CLOSE)
 		return decode_close(rec);
@@ -429,7 +488,7 @@ static PyTypeObject RingType = {
 
 static PyMethodDef ring_methods[] = {
 	{"configure", configure, METH_VARARGS,
-	 "configure(DataEvent, ConnClose, directions[, make_task]): the events decode() builds"},
+	 "configure(DataEvent, ConnClose, directions[, make_task[, make_peer]]): the events decode() builds"},
 	{"decode", decode, METH_O, "decode(records) -> (events, n_raw): n_raw left as bytes"},
 	{NULL, NULL, 0, NULL},
 };

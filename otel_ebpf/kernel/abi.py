@@ -191,10 +191,15 @@ def _decode_close(buf: bytes) -> ConnClose:
 _DIRECTIONS = (Direction(0), Direction(1))  # indexing, not Enum.__call__, per event
 
 
+def _peer_of(raw: bytes, family: int, port: int) -> tuple[str, int]:
+    """A datagram's peer as events carry it: (address text, port)."""
+    return (format_addr(raw, family), port)
+
+
 def _decode_data(buf: bytes) -> DataEvent:
     (_, tid, enter, pid, fd, gen, exit_ns, pos, msg_len, captured, seq, direction, flags,
      tail_len, praw, pport, pfam, task) = DATA.unpack_from(buf)
-    peer = (format_addr(praw, pfam), pport) if flags & DATA_F_HAS_PEER else None
+    peer = _peer_of(praw, pfam, pport) if flags & DATA_F_HAS_PEER else None
     head_end = DATA.size + max(captured - tail_len, 0)
     return DataEvent(
         key=(pid, fd, gen),
@@ -299,10 +304,12 @@ def finish_raw(events: list) -> tuple[list[Event], int]:
 
 
 if _fast.ring is not None:
-    # Context copies come by the thousand from an asyncio program: built in C too, by
-    # the fields _decode_task reads, in its order
+    # Context copies come by the thousand from an asyncio program, and a datagram's peer
+    # with each of its records (DDS): built in C too, by the fields _decode_task reads, in
+    # its order, and by _peer_of (the C decoder keeps the tuples it made for recent peers)
     _fast.ring.configure(DataEvent, ConnClose, _DIRECTIONS,
-                         positional_maker(TaskNew, ("pid", "tid", "ts_ns", "task", "parent")))
+                         positional_maker(TaskNew, ("pid", "tid", "ts_ns", "task", "parent")),
+                         _peer_of)
 
 
 def pack_agent_config(

@@ -92,3 +92,22 @@ def test_data_close_and_task_are_built_in_c():
     assert type(events[2]) is abi.TaskNew and events[2].task == 2**64 - 1
     assert events[0].payload == payload and events[0].task == 0xABC
     assert _fast.ring.DATA_SIZE == abi.DATA.size
+
+
+def test_a_datagram_with_its_peer_is_built_in_c():
+    """A DDS datagram's record carries its peer: built here too, and the tuple made for a
+    peer handed out again for its next records (equal to the reference's either way)."""
+    def record(addr: bytes, family: int, port: int) -> bytes:
+        return abi.DATA.pack(abi.EV_DATA, 11, 100, 42, 7, 1, 200, 0, 4, 4, 0, 1,
+                             abi.DATA_F_NO_SEQ | abi.DATA_F_HAS_PEER, 0, addr, port, family,
+                             0) + b"RTPS"
+
+    v4 = record(bytes([127, 0, 0, 1]) + bytes(12), 2, 7410)
+    v6 = record(bytes(15) + b"\x01", 10, 7411)
+    mapped = record(bytes(10) + b"\xff\xff" + bytes([10, 1, 2, 3]), 10, 7412)
+    events, raw = _fast.ring.decode([v4, v6, v4, mapped])
+    assert raw == 0
+    assert events == [abi.decode(v4), abi.decode(v6), abi.decode(v4), abi.decode(mapped)]
+    assert [e.peer for e in events] == [("127.0.0.1", 7410), ("::1", 7411),
+                                        ("127.0.0.1", 7410), ("10.1.2.3", 7412)]
+    assert events[0].peer is events[2].peer
