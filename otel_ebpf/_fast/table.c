@@ -8,9 +8,11 @@
  * the connection moved to the end of the LRU, the compiled data step (conn.c data, the
  * table's fast_data) or Connection.on_data when it declines, the key noted as touched, a
  * connection no parser wants queued for muting, and an ingress read remembered as its
- * thread's last. It stops, before changing anything for it, at the first other event (a
- * datagram with a peer, a connection not in the table, an open, a close, a task birth,
- * an exit): the reference's loop takes that one and calls again after it. `stop` is the
+ * thread's last; a datagram with its peer (an unconnected UDP socket's: DDS) goes to
+ * Connection.on_data without the compiled step, as in the reference. It stops, before
+ * changing anything for it, at the first other event (a connection not in the table, an
+ * open, a close, a task birth, an exit): the reference's loop takes that one and calls
+ * again after it. `stop` is the
  * index it stopped at (len(events) when it took them all); `payload_bytes` the payload and
  * tail bytes of the events it took (the reference counts them once per batch).
  */
@@ -162,8 +164,6 @@ static PyObject *data_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
 		if (Py_TYPE(ev) != data_event_type || PyTuple_GET_SIZE(ev) != E_N)
 			break;
 		PyObject *const *e = &PyTuple_GET_ITEM(ev, 0);
-		if (e[E_PEER] != Py_None)
-			break; /* a datagram with its peer: the reference's */
 		PyObject *conn = PyDict_GetItemWithError(conns, e[E_KEY]);
 		if (!conn) {
 			if (PyErr_Occurred())
@@ -183,9 +183,12 @@ static PyObject *data_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
 			PyObject *argv[] = {conn,	    e[E_DIR],  e[E_POS],  e[E_LEN], e[E_PAYLOAD],
 					    e[E_ENTER], e[E_EXIT], e[E_SEQ],  e[E_TID], e[E_TASK],
 					    e[E_TAIL],	    e[E_TLS],  stats};
-			PyObject *r = PyObject_Vectorcall(fast_data, argv, 13, NULL);
-			int took = r ? PyObject_IsTrue(r) : -1;
-			Py_XDECREF(r);
+			int took = 0; /* a datagram with its peer: on_data's */
+			if (e[E_PEER] == Py_None) {
+				PyObject *r = PyObject_Vectorcall(fast_data, argv, 13, NULL);
+				took = r ? PyObject_IsTrue(r) : -1;
+				Py_XDECREF(r);
+			}
 			if (took < 0) {
 				err = 1;
 			} else if (!took) {
