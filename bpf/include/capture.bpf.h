@@ -107,6 +107,9 @@ struct thread_state {
 	__u32 py_epoch;   /* py_ctx_epoch when it was found (moved: the record is looked at) */
 	__u16 py_tid_off; /* PyThreadState.native_thread_id */
 	__u16 py_ctx_off; /* PyThreadState.context */
+	__u32 py_span;    /* context's word in a window read from native_thread_id on (1 to
+			   * PY_CTX_WINDOW - 1), or 0: two reads (py_context.bpf.h) */
+	__u32 _pad;
 };
 
 struct scratch {

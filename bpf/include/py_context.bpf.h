@@ -12,6 +12,7 @@
 
 #define PY_CTX_FILES 64       /* interpreter files probed (records by uprobe cookie) */
 #define PY_CTX_MAX_THREADS 64 /* thread states searched for a thread */
+#define PY_CTX_WINDOW 9       /* words read at once from native_thread_id: context among them */
 
 /* One interpreter: where its thread states are and where a thread state keeps its Context.
  * Per file (py_ctx_files), `runtime` holds _PyRuntime's address minus
@@ -141,9 +142,21 @@ static __always_inline __u64 py_current_context(struct thread_state *t)
 	if (!t)
 		t = thread_state_made(id);
 	if (t && t->py_tstate && t->py_epoch == epoch) {
-		if ((__u32)py_ctx_read_ptr(t->py_tstate + t->py_tid_off) == (__u32)id)
+		__u64 span = t->py_span;
+		if (span) { /* both fields in one read */
+			__u64 w[PY_CTX_WINDOW];
+			if (bpf_probe_read_user(w, sizeof(w), (void *)(t->py_tstate + t->py_tid_off)) ||
+			    (__u32)w[0] != (__u32)id)
+				goto search;
+			/* the bound where the verifier sees it (clang moves a plain check) */
+			asm volatile("if %[i] <= %[max] goto +1; %[i] = %[max]"
+				     : [i] "+r"(span) : [max] "i"(PY_CTX_WINDOW - 1));
+			return w[span];
+		} else if ((__u32)py_ctx_read_ptr(t->py_tstate + t->py_tid_off) == (__u32)id) {
 			return py_ctx_read_ptr(t->py_tstate + t->py_ctx_off);
+		}
 	}
+search:;
 	__u32 tgid = id >> 32;
 	struct py_ctx_proc *p = bpf_map_lookup_elem(&py_ctx_procs, &tgid);
 	__u64 ts = p ? py_ctx_find_tstate(p, (__u32)id) : 0;
@@ -153,6 +166,11 @@ static __always_inline __u64 py_current_context(struct thread_state *t)
 			t->py_epoch = epoch;
 			t->py_tid_off = p->tstate_native_tid;
 			t->py_ctx_off = p->tstate_context;
+			__u32 d = p->tstate_context - p->tstate_native_tid;
+			/* one window when context lies a few words after native_thread_id (64
+			 * bytes in 3.11 and 3.12, 48 in 3.13), inside the thread state */
+			t->py_span = p->tstate_context > p->tstate_native_tid && !(d & 7) &&
+				     d / 8 < PY_CTX_WINDOW ? d / 8 : 0;
 		}
 	}
 	return ts ? py_ctx_read_ptr(ts + p->tstate_context) : 0;
