@@ -590,15 +590,15 @@ static __always_inline __u32 copy_iov(struct scratch *s, __u64 iov_ptr, __u32 io
 
 /* "POST " and a path whose first 8 bytes are a wide key: an LLM API request, whose
  * bodies (a long prompt, a long answer) are worth a wider capture. */
-static __always_inline bool wide_request(const __u8 *payload, __u32 got)
+static __always_inline bool wide_request(struct scratch *s, __u32 got)
 {
 	if (got < 13 || !cfg.wide_key_count)
 		return false;
-	if (payload[0] != 'P' || payload[1] != 'O' || payload[2] != 'S' ||
-	    payload[3] != 'T' || payload[4] != ' ')
+	if (s->payload[0] != 'P' || s->payload[1] != 'O' || s->payload[2] != 'S' ||
+	    s->payload[3] != 'T' || s->payload[4] != ' ')
 		return false;
 	__u64 key = 0;
-	__builtin_memcpy(&key, &payload[5], sizeof(key));
+	__builtin_memcpy(&key, &s->payload[5], sizeof(key));
 	for (__u32 i = 0; i < MAX_WIDE_KEYS; i++) {
 		if (i >= cfg.wide_key_count)
 			break;
@@ -614,11 +614,21 @@ static __always_inline bool wide_request(const __u8 *payload, __u32 got)
  * the bpf_loop callback that emits them (its search's own loop would be a third frame). */
 /* Stream sockets may be widened (`widen`); on a wide connection a plain-buffer message
  * longer than the capture also sends its last bytes (tail_len). */
-/* A data record's header, and the connection's position moved past the message. */
-static __always_inline void data_head(struct data_event *ev, __u64 task, struct conn_state *st,
-				      struct syscall_args *a, __u8 dir, __u64 len,
-				      struct addr *peer, __u32 tcp_seq, const bool tls, bool has_seq)
+static __always_inline void emit_data(__u64 task, struct conn_state *st,
+				      struct syscall_args *a, __u8 dir,
+				      __u64 len, __u64 buf, __u64 iov, __u32 iovcnt,
+				      struct addr *peer, __u32 tcp_seq, const __u32 max_iov,
+				      const bool widen, const bool tls, bool has_seq)
 {
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &cpu);
+	if (!s)
+		return;
+	struct data_event *ev = &s->ev;
+	__u32 limit = st->wide ? cfg.wide_capture : cfg.capture_max;
+	__u32 cap = len < limit ? len : limit;
+	cap = bounded(cap, MAX_CAPTURE);
+
 	ev->hdr.type = EV_DATA;
 	ev->hdr.tid = (__u32)bpf_get_current_pid_tgid();
 	ev->exit_ns = bpf_ktime_get_ns();
@@ -644,69 +654,6 @@ static __always_inline void data_head(struct data_event *ev, __u64 task, struct 
 		ev->pos = st->pos[dir];
 		st->pos[dir] += len;
 	}
-}
-
-/* A plain-buffer message of up to RING_DIRECT captured bytes on a connection not widened
- * is read straight into a ring record of fixed size (the reservation's size must be a
- * constant), not into the CPU's scratch and then copied into the ring by
- * bpf_ringbuf_output: one copy of the payload and the header instead of two. User space
- * reads captured_len bytes of it. Returns false when the caller must take the scratch
- * path: a request that widens its connection. */
-#define RING_DIRECT 512
-static __always_inline bool emit_direct(struct scratch *s, __u64 task, struct conn_state *st,
-					struct syscall_args *a, __u8 dir, __u64 len, __u64 buf,
-					__u32 cap, struct addr *peer, __u32 tcp_seq,
-					const bool widen, const bool tls, bool has_seq)
-{
-	struct data_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev) + RING_DIRECT, 0);
-	if (!ev) {
-		count(CNT_RINGBUF_DROPS, 1);
-		dir &= 1; /* the bytes moved all the same */
-		if (tls)
-			st->tls_pos[dir] += len;
-		else
-			st->pos[dir] += len;
-		return true;
-	}
-	__u8 *payload = (__u8 *)(ev + 1);
-	__u32 got = bounded(cap, RING_DIRECT);
-	if (bpf_probe_read_user(payload, got, (void *)buf))
-		got = 0;
-	if (widen && wide_request(payload, got)) {
-		bpf_ringbuf_discard(ev, BPF_RB_NO_WAKEUP);
-		return false;
-	}
-	data_head(ev, task, st, a, dir, len, peer, tcp_seq, tls, has_seq);
-	ev->tail_len = 0;
-	ev->captured_len = got;
-	if (got < len) {
-		ev->flags |= DATA_F_TRUNCATED;
-		count(CNT_TRUNCATED, 1);
-	}
-	bpf_ringbuf_submit(ev, data_wakeup_flags(s, sizeof(*ev) + RING_DIRECT));
-	count(CNT_DATA_EVENTS, 1);
-	return true;
-}
-
-static __always_inline void emit_data(__u64 task, struct conn_state *st,
-				      struct syscall_args *a, __u8 dir,
-				      __u64 len, __u64 buf, __u64 iov, __u32 iovcnt,
-				      struct addr *peer, __u32 tcp_seq, const __u32 max_iov,
-				      const bool widen, const bool tls, bool has_seq)
-{
-	__u32 cpu = bpf_get_smp_processor_id();
-	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &cpu);
-	if (!s)
-		return;
-	struct data_event *ev = &s->ev;
-	__u32 limit = st->wide ? cfg.wide_capture : cfg.capture_max;
-	__u32 cap = len < limit ? len : limit;
-	cap = bounded(cap, MAX_CAPTURE);
-	if (buf && !iov && !st->wide && cap <= RING_DIRECT &&
-	    emit_direct(s, task, st, a, dir, len, buf, cap, peer, tcp_seq, widen, tls, has_seq))
-		return;
-	data_head(ev, task, st, a, dir, len, peer, tcp_seq, tls, has_seq);
-	dir &= 1;
 
 	__u32 got;
 	if (iov) {
@@ -717,7 +664,7 @@ static __always_inline void emit_data(__u64 task, struct conn_state *st,
 			got = 0;
 	}
 	got = bounded(got, MAX_CAPTURE);
-	if (widen && !st->wide && wide_request(s->payload, got)) {
+	if (widen && !st->wide && wide_request(s, got)) {
 		st->wide = 1;
 		count(CNT_WIDENED, 1);
 		if (buf && got < len) { /* this very message is the request: copy it again, wider */
