@@ -6,7 +6,8 @@ connection, side by side in one run, for three modes:
   traced     programs attached, the connection selected: every call copies its payload
 
 Run as root:  .venv/bin/python bench/kernel_overhead.py [--rounds 5] [--iterations 50000]
-              [--size 256] [--baseline DIR] [--stats] [--pipe] [--out docs/performance.md]
+              [--size 256] [--baseline DIR] [--stats] [--pipe] [--python-context]
+              [--out docs/performance.md]
 
 --pipe runs the pairs on a pipe instead, in four modes: `off`, `filtered` (programs
 loaded, no pipe selected: receivers.ebpf.pipes empty, the default), `unselected` (pipes of
@@ -21,7 +22,10 @@ source tree (an earlier commit's checkout, its bpf/build and C extensions built)
 after side by side. Those modes run in a process of their own with DIR's loader and BPF
 objects, so a tree whose settings layout (.rodata) differs from this one's still loads. --stats turns kernel.bpf_stats_enabled on while a traced mode runs (and back off)
 and adds a table of each program's runs per write+read pair and ns per run, read from the
-kernel's counters of this process's programs.
+kernel's counters of this process's programs. --python-context makes the loop a registered
+Python process, as a Python server is (the Context probes attached to it, one Context copied
+before its warm-up): each traced call then also reads the thread's Context
+(bpf/include/py_context.bpf.h); the count of data events that carried one is reported.
 """
 
 from __future__ import annotations
@@ -56,6 +60,9 @@ else:
     a = socket.create_connection(("127.0.0.1", port)); b, _ = srv.accept()
     fa, fb = a.fileno(), b.fileno()
 msg = b"x" * size
+if len(sys.argv) > 5:  # --python-context: wait for the probes, then register (one copy)
+    print("ready", flush=True); sys.stdin.readline()
+    import contextvars; contextvars.copy_context()
 for _ in range(1000):  # warm up
     os.write(fa, msg); os.read(fb, size)
 t0 = time.perf_counter_ns()
@@ -64,6 +71,9 @@ for _ in range(n):
 print(json.dumps({"ns_per_pair": (time.perf_counter_ns() - t0) / n}))
 """
 PIPE = False  # --pipe: the loop writes and reads a pipe instead of a TCP connection
+# --python-context: the loop registers as a Python process (the Context probes attached to
+# it, one Context copied before the warm-up), so each traced call reads its Context
+PY_CONTEXT = False
 
 
 def free_port() -> int:
@@ -77,11 +87,22 @@ def free_port() -> int:
 PIPE_NAME = "pipe-bench"  # the selected loop's command name (--pipe, mode `selected`)
 
 
-def run_loop(port: int, iterations: int, size: int, executable: str = sys.executable) -> float:
-    out = subprocess.run([executable, "-c", LOOP, str(port), str(iterations), str(size),
-                          "pipe" if PIPE else "tcp"],
-                         capture_output=True, text=True, check=True, timeout=600)
-    return json.loads(out.stdout)["ns_per_pair"]
+def run_loop(port: int, iterations: int, size: int, executable: str = sys.executable,
+             tracer=None) -> float:
+    cmd = [executable, "-c", LOOP, str(port), str(iterations), str(size),
+           "pipe" if PIPE else "tcp"]
+    if not (PY_CONTEXT and tracer is not None):
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600)
+        return json.loads(out.stdout)["ns_per_pair"]
+    with subprocess.Popen(cmd + ["ctx"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          text=True) as proc:
+        assert proc.stdout.readline().strip() == "ready"
+        if not tracer.asyncio.scan([proc.pid]):
+            raise RuntimeError("the Context probes did not attach to the loop")
+        out, _ = proc.communicate("go\n", timeout=600)
+    if proc.returncode:
+        raise RuntimeError(f"loop failed ({proc.returncode})")
+    return json.loads(out)["ns_per_pair"]
 
 
 def program_stats(pid: int | str = "self") -> dict[str, tuple[int, int]]:
@@ -106,6 +127,7 @@ def program_stats(pid: int | str = "self") -> dict[str, tuple[int, int]]:
 
 
 STATS: dict[str, list[dict[str, tuple[float, float]]]] = {}
+WITH_CONTEXT = [0]  # data events drained that carried a Context (--python-context)
 
 
 def measure(mode: str, iterations: int, size: int, baseline: Path | None = None,
@@ -134,7 +156,10 @@ def measure(mode: str, iterations: int, size: int, baseline: Path | None = None,
 
     def drain() -> None:
         while not stop.is_set():
-            drained[0] += len(tracer.poll(100))
+            events = tracer.poll(100)
+            drained[0] += len(events)
+            WITH_CONTEXT[0] += sum(1 for e in events if getattr(e, "task", 0)
+                                   and type(e).__name__ == "DataEvent")
 
     thread = threading.Thread(target=drain, daemon=True)
     thread.start()
@@ -143,7 +168,7 @@ def measure(mode: str, iterations: int, size: int, baseline: Path | None = None,
         if stats:
             sysctl.write_text("1")
             before = program_stats()
-        ns = run_loop(port, iterations, size, executable)
+        ns = run_loop(port, iterations, size, executable, tracer)
         if stats:
             after = program_stats()
             sysctl.write_text("0")
@@ -170,7 +195,8 @@ def measure_in(tree: Path, mode: str, iterations: int, size: int,
     env = dict(os.environ, OTEL_EBPF_BENCH_TREE=str(tree),
                OTEL_EBPF_BPF_DIR=str(tree / "bpf/build"), PYTHONPATH=str(tree))
     cmd = [sys.executable, __file__, "--one", mode, "--iterations", str(iterations),
-           "--size", str(size)] + (["--stats"] if stats else []) + (["--pipe"] if PIPE else [])
+           "--size", str(size)] + (["--stats"] if stats else []) + (["--pipe"] if PIPE else []) \
+        + (["--python-context"] if PY_CONTEXT else [])
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     if out.returncode:
         raise RuntimeError(f"baseline {mode} failed:\n{out.stderr[-2000:]}")
@@ -178,6 +204,7 @@ def measure_in(tree: Path, mode: str, iterations: int, size: int,
     for per_round in doc["stats"].get(mode, []):
         STATS.setdefault(f"{mode}-baseline", []).append(
             {name: tuple(v) for name, v in per_round.items()})
+    WITH_CONTEXT[0] += doc.get("with_context", 0)
     return doc["ns"], doc["drained"], doc["drops"]
 
 
@@ -189,14 +216,17 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, help="a source tree whose bpf/build is the 'before'")
     ap.add_argument("--stats", action="store_true", help="per-program runs and ns (bpf_stats)")
     ap.add_argument("--pipe", action="store_true", help="pairs on a pipe, not TCP")
+    ap.add_argument("--python-context", action="store_true",
+                    help="the loop a registered Python process: each call reads its Context")
     ap.add_argument("--out", type=Path, help="append the table to this Markdown file")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # one mode, JSON out (--baseline's)
     args = ap.parse_args()
-    global PIPE
-    PIPE = args.pipe
+    global PIPE, PY_CONTEXT
+    PIPE, PY_CONTEXT = args.pipe, args.python_context
     if args.one:
         ns, drained, drops = measure(args.one, args.iterations, args.size, None, args.stats)
-        print(json.dumps({"ns": ns, "drained": drained, "drops": drops, "stats": STATS}))
+        print(json.dumps({"ns": ns, "drained": drained, "drops": drops, "stats": STATS,
+                          "with_context": WITH_CONTEXT[0]}))
         return
     modes: tuple[str, ...] = ("off", "filtered", "unselected", "selected") if PIPE \
         else ("off", "filtered", "traced")
@@ -224,7 +254,9 @@ def main() -> None:
     traced_modes = sum(1 for m in modes if m.startswith("traced") or m == "selected")
     expected = 2 * (args.iterations + 1000) * args.rounds * traced_modes
     lines += ["", f"Data events drained while traced: {totals[0]} of {expected} expected "
-              f"(2 per pair, warm-up included); ring-buffer drops: {totals[1]}."]
+              f"(2 per pair, warm-up included); ring-buffer drops: {totals[1]}."
+              + (f" With a Context (--python-context): {WITH_CONTEXT[0]}." if PY_CONTEXT
+                 else "")]
     if STATS:
         lines += ["", "BPF programs while traced (kernel.bpf_stats_enabled; medians over "
                   "rounds): runs per write+read pair, ns per run",

@@ -394,7 +394,10 @@ int on_process_exit(void *ctx)
 SEC("tracepoint/sched/sched_process_exec")
 int on_process_exec(void *ctx)
 {
-	return emit_proc_event(EV_PROC_EXEC, bpf_get_current_pid_tgid() >> 32);
+	__u64 id = bpf_get_current_pid_tgid();
+	/* the old program's thread state, cached for the Context read, is no more */
+	bpf_map_delete_elem(&threads, &id);
+	return emit_proc_event(EV_PROC_EXEC, id >> 32);
 }
 
 /* A new process (not a thread) forked by one whose Context probes are its own: user space

@@ -101,7 +101,15 @@ struct thread_state {
 	struct syscall_args args;
 	struct ssl_call ssl;
 	struct last_read last;
-	__u64 py_tstate; /* its PyThreadState (py_context.bpf.h), checked at each use */
+	/* its PyThreadState (py_context.bpf.h), checked at each use, with what reading its
+	 * Context needs, so that a call finds it without its process's record: */
+	__u64 py_tstate;
+	__u32 py_epoch;   /* py_ctx_epoch when it was found (moved: the record is looked at) */
+	__u16 py_tid_off; /* PyThreadState.native_thread_id */
+	__u16 py_ctx_off; /* PyThreadState.context */
+	__u32 py_span;    /* context's word in a window read from native_thread_id on (1 to
+			   * PY_CTX_WINDOW - 1), or 0: two reads (py_context.bpf.h) */
+	__u32 _pad;
 };
 
 struct scratch {

@@ -12,6 +12,7 @@
 
 #define PY_CTX_FILES 64       /* interpreter files probed (records by uprobe cookie) */
 #define PY_CTX_MAX_THREADS 64 /* thread states searched for a thread */
+#define PY_CTX_WINDOW 9       /* words read at once from native_thread_id: context among them */
 
 /* One interpreter: where its thread states are and where a thread state keeps its Context.
  * Per file (py_ctx_files), `runtime` holds _PyRuntime's address minus
@@ -112,36 +113,66 @@ static __always_inline __u64 py_ctx_find_tstate(struct py_ctx_proc *p, __u32 tid
 	return s.found ? s.ts : 0;
 }
 
-/* The current thread's thread state, from the cache in its thread_state (found once by a
- * search of the thread list, checked at each use: its native thread id still says this
- * thread, where a thread state freed and reused says another) or a search (then cached).
- * The cache goes with the thread's state at its exit (sched_process_exit). */
-static __always_inline __u64 py_ctx_tstate(struct py_ctx_proc *p, struct thread_state *t,
-					   __u32 tid)
-{
-	if (t && t->py_tstate && (__u32)py_ctx_read_ptr(t->py_tstate + p->tstate_native_tid) == tid)
-		return t->py_tstate;
-	__u64 ts = py_ctx_find_tstate(p, tid);
-	if (t && ts)
-		t->py_tstate = ts;
-	return ts;
-}
+/* Bumped by user space after it takes a process's record out of py_ctx_procs (a process
+ * whose probes came off: its calls stop reading Contexts). A thread's cached thread state
+ * (thread_state.py_tstate) stands without a look at its process's record while the epoch
+ * is the one it was found under. */
+CAPTURE_MAP struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} py_ctx_epoch SEC(".maps");
 
 /* The Context the calling thread runs in (its address), or 0: not a registered Python
  * process, no thread state, or no Context entered or created yet. `t`: the thread's state
- * when the caller has it. */
+ * when the caller has it. The thread state is cached in the thread's value with the two
+ * offsets its Context read needs, found once by a search of the thread list and checked
+ * at each use (its native thread id still says this thread, where a thread state freed and
+ * reused says another): a call then costs no look at py_ctx_procs. The cache goes with the
+ * thread's value at its exit (sched_process_exit) and its exec. */
 static __always_inline __u64 py_current_context(struct thread_state *t)
 {
 	if (py_ctx_none_yet())
 		return 0;
+	__u32 zero = 0;
+	__u32 *ep = bpf_map_lookup_elem(&py_ctx_epoch, &zero);
+	__u32 epoch = ep ? *ep : 0; /* read before py_ctx_procs: user space deletes first */
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32;
-	struct py_ctx_proc *p = bpf_map_lookup_elem(&py_ctx_procs, &tgid);
-	if (!p)
-		return 0;
 	if (!t)
 		t = thread_state_made(id);
-	__u64 ts = py_ctx_tstate(p, t, (__u32)id);
+	if (t && t->py_tstate && t->py_epoch == epoch) {
+		__u64 span = t->py_span;
+		if (span) { /* both fields in one read */
+			__u64 w[PY_CTX_WINDOW];
+			if (bpf_probe_read_user(w, sizeof(w), (void *)(t->py_tstate + t->py_tid_off)) ||
+			    (__u32)w[0] != (__u32)id)
+				goto search;
+			/* the bound where the verifier sees it (clang moves a plain check) */
+			asm volatile("if %[i] <= %[max] goto +1; %[i] = %[max]"
+				     : [i] "+r"(span) : [max] "i"(PY_CTX_WINDOW - 1));
+			return w[span];
+		} else if ((__u32)py_ctx_read_ptr(t->py_tstate + t->py_tid_off) == (__u32)id) {
+			return py_ctx_read_ptr(t->py_tstate + t->py_ctx_off);
+		}
+	}
+search:;
+	__u32 tgid = id >> 32;
+	struct py_ctx_proc *p = bpf_map_lookup_elem(&py_ctx_procs, &tgid);
+	__u64 ts = p ? py_ctx_find_tstate(p, (__u32)id) : 0;
+	if (t) {
+		t->py_tstate = ts;
+		if (ts) {
+			t->py_epoch = epoch;
+			t->py_tid_off = p->tstate_native_tid;
+			t->py_ctx_off = p->tstate_context;
+			__u32 d = p->tstate_context - p->tstate_native_tid;
+			/* one window when context lies a few words after native_thread_id (64
+			 * bytes in 3.11 and 3.12, 48 in 3.13), inside the thread state */
+			t->py_span = p->tstate_context > p->tstate_native_tid && !(d & 7) &&
+				     d / 8 < PY_CTX_WINDOW ? d / 8 : 0;
+		}
+	}
 	return ts ? py_ctx_read_ptr(ts + p->tstate_context) : 0;
 }
 

@@ -171,6 +171,8 @@ class AsyncioProbes(LibraryProbes):
         self._own = os.getpid()  # the agent copies Contexts too, untraced
         self.proc_root = "/proc"
         self._procs = obj.map("py_ctx_procs")
+        self._epoch_map = obj.map("py_ctx_epoch")
+        self._epoch = 0
         self._probed = obj.map("py_ctx_probed")
 
     def scan(self, pids: list[int | str]) -> int:
@@ -249,8 +251,15 @@ class AsyncioProbes(LibraryProbes):
                 continue
             self._detach_process(pid)
             self._procs.delete(key)
+            self._bump_epoch()
             gone += 1
         return gone
+
+    def _bump_epoch(self) -> None:
+        """After a record left py_ctx_procs: threads that cached their thread state look at
+        their process's record again at their next call (py_context.bpf.h)."""
+        self._epoch = (self._epoch + 1) & 0xFFFFFFFF
+        self._epoch_map.update(b"\0\0\0\0", self._epoch.to_bytes(4, "little"))
 
     def _file(self, path: str) -> int | None:
         """The interpreter file's record index (written to the kernel once), or None."""

@@ -18,6 +18,7 @@ import time
 import httpx
 import pytest
 
+from otel_ebpf.kernel.abi import DataEvent
 from otel_ebpf.kernel.asyncio_probes import QUIET_S
 from otel_ebpf.kernel.libbpf import LibbpfLog
 from otel_ebpf.kernel.socket_tracer import CaptureSettings, SocketTracer
@@ -264,3 +265,62 @@ def test_exit_takes_a_process_probes_off(probes):
     stop_process(proc)
     probes.exited(proc.pid)
     assert map_pids("py_ctx_probed") == set() and not probes.processes
+
+
+SERVER_PEER = r"""
+import contextvars, socket, sys
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", int(sys.argv[1]))); srv.listen()
+print("ready", flush=True)
+sys.stdin.readline()
+for _ in range(3):
+    contextvars.copy_context()
+conn, _ = srv.accept()
+print("accepted", flush=True)
+for line in sys.stdin:
+    conn.sendall(b"x" * 64)
+    print("ok", flush=True)
+"""
+
+
+def test_a_retired_process_sends_without_its_context():
+    """A registered process's socket calls carry the Context its thread runs in, read
+    through the thread state each thread caches with the offsets it needs (no look at the
+    process's record per call); once the record is taken out (a leaf retired), the cache
+    gives way (py_ctx_epoch) and its calls carry none."""
+    require_kernel()
+    port = free_port()
+    tracer = SocketTracer(CaptureSettings(ports=(port,)), LibbpfLog())
+    tracer.asyncio.leaf_copies = 2  # the first copy registers, uncounted; two more counted
+    proc = subprocess.Popen([sys.executable, "-c", SERVER_PEER, str(port)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    client = None
+
+    def sent_tasks() -> list[int]:
+        """The Contexts carried by the peer's next send (its data events)."""
+        proc.stdin.write("send\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "ok"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            tasks = [e.task for e in tracer.poll(100)
+                     if isinstance(e, DataEvent) and e.key[0] == proc.pid]
+            if tasks:
+                return tasks
+        pytest.fail("no data event from the peer's send")
+
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        assert tracer.asyncio.scan([proc.pid]) == 1
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        client = socket.create_connection(("127.0.0.1", port))
+        assert proc.stdout.readline().strip() == "accepted"
+        assert all(sent_tasks()) and all(sent_tasks())  # the second from the thread's cache
+        assert tracer.asyncio.retire(connected={proc.pid}) == 1
+        assert set(sent_tasks()) == {0}
+    finally:
+        if client is not None:
+            client.close()
+        stop_process(proc)
+        tracer.close()
