@@ -3,6 +3,12 @@ connection, side by side in one run, for three modes:
 
   off        no BPF program attached (the baseline)
   filtered   programs attached, the connection not selected (targets.ports elsewhere)
+  floor      the least a syscall-tracepoint capture does (bench/kernel/floor.bpf.c,
+             compiled here with clang): the loop's process selected by its tgid, a write's
+             entry time kept per thread, each write's and read's first 256 B copied into a
+             ring buffer record at its return; no connection state, no Context. What the
+             machine and its kernel charge any such capture: `traced` minus `floor` is the
+             agent's programs' own work
   traced     programs attached, the connection selected: every call copies its payload
 
 Run as root:  .venv/bin/python bench/kernel_overhead.py [--rounds 5] [--iterations 50000]
@@ -88,17 +94,22 @@ PIPE_NAME = "pipe-bench"  # the selected loop's command name (--pipe, mode `sele
 
 
 def run_loop(port: int, iterations: int, size: int, executable: str = sys.executable,
-             tracer=None) -> float:
+             tracer=None, on_ready=None) -> float:
+    """ns per write+read pair of the loop; `on_ready(pid)` runs once the loop's process is
+    up, before its first pair (the Context probes attached to it with --python-context)."""
     cmd = [executable, "-c", LOOP, str(port), str(iterations), str(size),
            "pipe" if PIPE else "tcp"]
-    if not (PY_CONTEXT and tracer is not None):
+    if PY_CONTEXT and tracer is not None:
+        def on_ready(pid: int) -> None:
+            if not tracer.asyncio.scan([pid]):
+                raise RuntimeError("the Context probes did not attach to the loop")
+    if on_ready is None:
         out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600)
         return json.loads(out.stdout)["ns_per_pair"]
     with subprocess.Popen(cmd + ["ctx"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                           text=True) as proc:
         assert proc.stdout.readline().strip() == "ready"
-        if not tracer.asyncio.scan([proc.pid]):
-            raise RuntimeError("the Context probes did not attach to the loop")
+        on_ready(proc.pid)
         out, _ = proc.communicate("go\n", timeout=600)
     if proc.returncode:
         raise RuntimeError(f"loop failed ({proc.returncode})")
@@ -128,6 +139,7 @@ def program_stats(pid: int | str = "self") -> dict[str, tuple[int, int]]:
 
 STATS: dict[str, list[dict[str, tuple[float, float]]]] = {}
 WITH_CONTEXT = [0]  # data events drained that carried a Context (--python-context)
+FLOOR_RECORDS = [0]  # records the floor's programs sent
 
 
 def measure(mode: str, iterations: int, size: int, baseline: Path | None = None,
@@ -139,6 +151,8 @@ def measure(mode: str, iterations: int, size: int, baseline: Path | None = None,
     port = free_port()
     if mode == "off":
         return run_loop(port, iterations, size), 0, 0
+    if mode == "floor":
+        return measure_floor(port, iterations, size, stats)
     if mode.endswith("-baseline"):
         return measure_in(baseline, mode.removesuffix("-baseline"), iterations, size, stats)
     selected = port if mode.startswith("traced") else free_port()
@@ -188,6 +202,72 @@ def measure(mode: str, iterations: int, size: int, baseline: Path | None = None,
     return ns, drained[0], drops
 
 
+FLOOR_SOURCE = REPO / "bench" / "kernel" / "floor.bpf.c"
+
+
+def floor_object() -> Path:
+    """bench/kernel/floor.bpf.c compiled as bpf/Makefile compiles the agent's (clang, CO-RE
+    against bpf/build/vmlinux.h), into a folder of this run."""
+    build = REPO / "bpf" / "build"
+    if not (build / "vmlinux.h").is_file():
+        raise SystemExit("bpf/build/vmlinux.h is missing: run `make -C bpf` first")
+    arch = {"x86_64": "x86", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
+    out = Path(f"/tmp/otel-ebpf-bench-{os.getpid()}") / "floor.bpf.o"
+    if not out.is_file():
+        out.parent.mkdir(exist_ok=True)
+        subprocess.run(["clang", "-g", "-O2", "-target", "bpf", f"-D__TARGET_ARCH_{arch}",
+                        f"-I{build}", f"-I{REPO / 'bpf' / 'include'}", "-c", str(FLOOR_SOURCE),
+                        "-o", str(out)], check=True, timeout=120)
+    return out
+
+
+def measure_floor(port: int, iterations: int, size: int, stats: bool) -> tuple[float, int, int]:
+    """The `floor` mode: bench/kernel/floor.bpf.c's programs on the loop's process alone,
+    their ring drained concurrently as the agent's is."""
+    from otel_ebpf.kernel.libbpf import LibbpfLog
+    from otel_ebpf.kernel.loader import BPFObject, RingBuffer
+
+    obj = BPFObject("floor", LibbpfLog(), floor_object())
+    obj.load()
+    obj.attach_all()
+    ring = RingBuffer([obj.map("floor_events")])
+    drained, stop = [0], threading.Event()
+
+    def drain() -> None:
+        while not stop.is_set():
+            drained[0] += len(ring.drain(100))
+
+    def select(pid: int) -> None:
+        obj.map("floor_target").update(bytes(4), pid.to_bytes(4, "little"))
+
+    thread = threading.Thread(target=drain, daemon=True)
+    thread.start()
+    sysctl = Path("/proc/sys/kernel/bpf_stats_enabled")
+    try:
+        if stats:
+            sysctl.write_text("1")
+            before = program_stats()
+        ns = run_loop(port, iterations, size, on_ready=select)
+        if stats:
+            after = program_stats()
+            pairs = iterations + 1000
+            STATS.setdefault("floor", []).append({
+                name: ((n - before.get(name, (0, 0))[0]) / pairs,
+                       (t - before.get(name, (0, 0))[1]) / max(1, n - before.get(name, (0, 0))[0]))
+                for name, (n, t) in after.items()
+                if name.startswith("floor_") and n > before.get(name, (0, 0))[0]})
+    finally:
+        if stats:
+            sysctl.write_text("0")
+        stop.set()
+        thread.join(5)
+        drained[0] += len(ring.drain(0))
+        ring.close()
+        obj.close()
+    FLOOR_RECORDS[0] += drained[0]
+    return ns, drained[0], 0
+
+
 def measure_in(tree: Path, mode: str, iterations: int, size: int,
                stats: bool) -> tuple[float, int, int]:
     """measure(mode) in a process of its own running tree's otel_ebpf and BPF objects; its
@@ -229,16 +309,16 @@ def main() -> None:
                           "with_context": WITH_CONTEXT[0]}))
         return
     modes: tuple[str, ...] = ("off", "filtered", "unselected", "selected") if PIPE \
-        else ("off", "filtered", "traced")
+        else ("off", "filtered", "floor", "traced")
     if args.baseline:
         modes += ("filtered-baseline", "traced-baseline")
     totals = [0, 0]  # events drained, drops
 
     def one(mode: str) -> float:
-        traced = mode.startswith("traced") or mode == "selected"
+        traced = mode.startswith("traced") or mode in ("selected", "floor")
         ns, events, drops = measure(mode, args.iterations, args.size, args.baseline,
                                     args.stats and traced)
-        if traced:
+        if traced and mode != "floor":  # the floor's records are counted on their own
             totals[0] += events
         totals[1] += drops
         return ns
@@ -252,6 +332,10 @@ def main() -> None:
     lines += ["", "Spread over rounds, ns per write+read: "
               + "; ".join(f"{m} {spread(v)}" for m, v in results.items()) + "."]
     traced_modes = sum(1 for m in modes if m.startswith("traced") or m == "selected")
+    if "floor" in modes:
+        lines += ["", f"Records the floor's programs sent: {FLOOR_RECORDS[0]} of "
+                  f"{2 * (args.iterations + 1000) * args.rounds} expected (2 per pair, "
+                  "warm-up included)."]
     expected = 2 * (args.iterations + 1000) * args.rounds * traced_modes
     lines += ["", f"Data events drained while traced: {totals[0]} of {expected} expected "
               f"(2 per pair, warm-up included); ring-buffer drops: {totals[1]}."

@@ -122,10 +122,11 @@ class Map:
 class BPFObject:
     """One .bpf.o: open -> configure (maps, .rodata) -> load -> attach -> close."""
 
-    def __init__(self, name: str, log: libbpf.LibbpfLog) -> None:
+    def __init__(self, name: str, log: libbpf.LibbpfLog, path: Path | None = None) -> None:
+        """`name`'s object in bpf_dir(), or the object at `path` (a bench's own)."""
         self.name = name
         self.log = log
-        self.path = object_path(name)
+        self.path = path or object_path(name)
         self.links: list[int] = []
         self.ptr = lib.bpf_object__open_file(str(self.path).encode(), None)
         if not self.ptr:
