@@ -1,5 +1,5 @@
 """Kernel cost of socket capture: ns added to each write()+read() pair on a loopback TCP
-connection, side by side in one run, for three modes:
+connection, side by side in one run, for four modes:
 
   off        no BPF program attached (the baseline)
   filtered   programs attached, the connection not selected (targets.ports elsewhere)
