@@ -204,7 +204,13 @@ class AsyncioProbes(LibraryProbes):
         self.scan([pid])
 
     def exited(self, pid: int) -> None:
+        """Process `pid` is gone (or runs another program: execed): its probes and its
+        record go. The record would otherwise stay until the LRU evicts it, and a process
+        that later gets its pid (or the new program) would have its socket calls read a
+        Context where the old interpreter kept its thread states. No epoch bump: the old
+        threads' cached values went with them (sched_process_exit, sched_process_exec)."""
         self._detach_process(pid)
+        self._procs.delete(pid.to_bytes(4, "little"))
         self.calls_out.discard(pid)
         self.retired.discard(pid)
 

@@ -259,12 +259,16 @@ def test_many_processes_of_one_interpreter_share_a_file_wide_probe(probes):
             stop_process(proc)
 
 
-def test_exit_takes_a_process_probes_off(probes):
+def test_exit_takes_a_process_probes_and_record_off(probes):
     proc = copier()
     assert probes.scan([proc.pid]) == 1
+    copy(proc, 1)  # registers it
+    assert proc.pid in map_pids("py_ctx_procs")
     stop_process(proc)
     probes.exited(proc.pid)
     assert map_pids("py_ctx_probed") == set() and not probes.processes
+    # a process that gets its pid next reads no Context where this one's interpreter was
+    assert proc.pid not in map_pids("py_ctx_procs")
 
 
 SERVER_PEER = r"""
