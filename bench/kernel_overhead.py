@@ -37,6 +37,7 @@ before its warm-up): each traced call then also reads the thread's Context
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -45,6 +46,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -138,6 +140,30 @@ def program_stats(pid: int | str = "self") -> dict[str, tuple[int, int]]:
 
 
 STATS: dict[str, list[dict[str, tuple[float, float]]]] = {}
+
+
+@contextlib.contextmanager
+def program_runs(mode: str, stats: bool, pairs: int, prefix: str = "") -> Iterator[None]:
+    """With `stats`: kernel.bpf_stats_enabled on around the block (off again after it,
+    however it ends), and each of this process's programs (those named `prefix...`) that
+    ran meanwhile recorded under STATS[mode]: its runs per pair and ns per run."""
+    if not stats:
+        yield
+        return
+    sysctl = Path("/proc/sys/kernel/bpf_stats_enabled")
+    sysctl.write_text("1")
+    try:
+        before = program_stats()
+        yield
+        after = program_stats()
+    finally:
+        sysctl.write_text("0")
+    runs: dict[str, tuple[float, float]] = {}
+    for name, (n, t) in after.items():
+        n0, t0 = before.get(name, (0, 0))
+        if name.startswith(prefix) and n > n0:
+            runs[name] = ((n - n0) / pairs, (t - t0) / (n - n0))
+    STATS.setdefault(mode, []).append(runs)
 WITH_CONTEXT = [0]  # data events drained that carried a Context (--python-context)
 FLOOR_RECORDS = [0]  # records the floor's programs sent
 
@@ -177,23 +203,10 @@ def measure(mode: str, iterations: int, size: int, baseline: Path | None = None,
 
     thread = threading.Thread(target=drain, daemon=True)
     thread.start()
-    sysctl = Path("/proc/sys/kernel/bpf_stats_enabled")
     try:
-        if stats:
-            sysctl.write_text("1")
-            before = program_stats()
-        ns = run_loop(port, iterations, size, executable, tracer)
-        if stats:
-            after = program_stats()
-            sysctl.write_text("0")
-            pairs = iterations + 1000  # warm-up included
-            STATS.setdefault(mode, []).append({
-                name: ((n - before.get(name, (0, 0))[0]) / pairs,
-                       (t - before.get(name, (0, 0))[1]) / max(1, n - before.get(name, (0, 0))[0]))
-                for name, (n, t) in after.items() if n > before.get(name, (0, 0))[0]})
+        with program_runs(mode, stats, iterations + 1000):
+            ns = run_loop(port, iterations, size, executable, tracer)
     finally:
-        if stats:
-            sysctl.write_text("0")
         stop.set()
         thread.join(5)
         drained[0] += len(tracer.poll(0))
@@ -242,23 +255,10 @@ def measure_floor(port: int, iterations: int, size: int, stats: bool) -> tuple[f
 
     thread = threading.Thread(target=drain, daemon=True)
     thread.start()
-    sysctl = Path("/proc/sys/kernel/bpf_stats_enabled")
     try:
-        if stats:
-            sysctl.write_text("1")
-            before = program_stats()
-        ns = run_loop(port, iterations, size, on_ready=select)
-        if stats:
-            after = program_stats()
-            pairs = iterations + 1000
-            STATS.setdefault("floor", []).append({
-                name: ((n - before.get(name, (0, 0))[0]) / pairs,
-                       (t - before.get(name, (0, 0))[1]) / max(1, n - before.get(name, (0, 0))[0]))
-                for name, (n, t) in after.items()
-                if name.startswith("floor_") and n > before.get(name, (0, 0))[0]})
+        with program_runs("floor", stats, iterations + 1000, prefix="floor_"):
+            ns = run_loop(port, iterations, size, on_ready=select)
     finally:
-        if stats:
-            sysctl.write_text("0")
         stop.set()
         thread.join(5)
         drained[0] += len(ring.drain(0))
