@@ -164,6 +164,8 @@ def program_runs(mode: str, stats: bool, pairs: int, prefix: str = "") -> Iterat
         if name.startswith(prefix) and n > n0:
             runs[name] = ((n - n0) / pairs, (t - t0) / (n - n0))
     STATS.setdefault(mode, []).append(runs)
+
+
 WITH_CONTEXT = [0]  # data events drained that carried a Context (--python-context)
 FLOOR_RECORDS = [0]  # records the floor's programs sent
 

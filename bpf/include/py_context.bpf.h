@@ -139,8 +139,6 @@ static __always_inline __u64 py_current_context(struct thread_state *t)
 	__u32 *ep = bpf_map_lookup_elem(&py_ctx_epoch, &zero);
 	__u32 epoch = ep ? *ep : 0; /* read before py_ctx_procs: user space deletes first */
 	__u64 id = bpf_get_current_pid_tgid();
-	if (!t)
-		t = thread_state_made(id);
 	if (t && t->py_tstate && t->py_epoch == epoch) {
 		__u64 span = t->py_span;
 		if (span) { /* both fields in one read */
@@ -159,7 +157,14 @@ static __always_inline __u64 py_current_context(struct thread_state *t)
 search:;
 	__u32 tgid = id >> 32;
 	struct py_ctx_proc *p = bpf_map_lookup_elem(&py_ctx_procs, &tgid);
-	__u64 ts = p ? py_ctx_find_tstate(p, (__u32)id) : 0;
+	if (!p) { /* not a registered process: no thread value made for it */
+		if (t)
+			t->py_tstate = 0;
+		return 0;
+	}
+	if (!t)
+		t = thread_state_made(id);
+	__u64 ts = py_ctx_find_tstate(p, (__u32)id);
 	if (t) {
 		t->py_tstate = ts;
 		if (ts) {

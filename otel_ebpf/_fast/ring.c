@@ -2,10 +2,10 @@
 /* The ring buffer drained in C: libbpf calls a C function per record (no ctypes callback,
  * no Python object per record while draining, the GIL released), records are copied into
  * one growing arena, then decoded in a single pass into the events otel_ebpf/kernel/abi.py
- * defines. The events that come by the thousand (data, close, and an asyncio program's
- * Context copies, and a datagram's peer) are built here; every other record is handed back as bytes for
- * abi.decode, which stays the reference (tests/unit/test_fast_ring.py decodes the same
- * records both ways).
+ * defines. The events that come by the thousand (data, a datagram's with its peer, close,
+ * and an asyncio program's Context copies) are built here; every other record is handed
+ * back as bytes for abi.decode, which stays the reference (tests/unit/test_fast_ring.py
+ * decodes the same records both ways).
  *
  *   configure(DataEvent, ConnClose, directions[, make_task[, make_peer]])   once, from
  *       otel_ebpf/kernel/abi.py; make_task(pid, tid, ts_ns, task, parent) -> TaskNew,
