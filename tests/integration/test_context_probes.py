@@ -159,14 +159,20 @@ for line in sys.stdin:
 """
 
 
-SELECTED = free_port()  # the one port the capture object traces
+@pytest.fixture
+def selected():
+    """A listening socket on the one port the capture object traces, held from before the
+    object loads to the test's end: a port only picked, then bound minutes later (at
+    collection, as this was), can meanwhile be taken as another test's ephemeral port."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        yield server
 
 
 @pytest.fixture
-def probes():
+def probes(selected):
     """The Context probes of a loaded capture object, driven directly."""
     require_kernel()
-    tracer = SocketTracer(CaptureSettings(ports=(SELECTED,)), LibbpfLog())
+    tracer = SocketTracer(CaptureSettings(ports=(selected.getsockname()[1],)), LibbpfLog())
     yield tracer.asyncio
     tracer.close()
 
@@ -207,24 +213,23 @@ def test_a_leaf_is_retired_after_its_copies_and_one_calling_out_is_kept(probes):
             stop_process(proc)
 
 
-def test_a_connection_out_the_agent_has_not_read_keeps_the_probes(probes):
+def test_a_connection_out_the_agent_has_not_read_keeps_the_probes(probes, selected):
     """The kernel marks a registered process that connects out: under load the agent reads
     the connection later than the copies are counted, and must not retire it meanwhile."""
     probes.leaf_copies = 100
-    with socket.create_server(("127.0.0.1", SELECTED)) as server:
-        proc = copier("connect", str(SELECTED))
-        try:
-            assert probes.scan([proc.pid]) == 1
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-            server.settimeout(30)
-            server.accept()[0].close()
-            assert proc.stdout.readline().strip() == "connected"
-            copy(proc, 200)
-            assert probes.retire(connected={proc.pid}) == 0  # no ConnOpen read: the kernel's mark
-            assert proc.pid in probes.calls_out and map_pids("py_ctx_probed") == {proc.pid}
-        finally:
-            stop_process(proc)
+    proc = copier("connect", str(selected.getsockname()[1]))
+    try:
+        assert probes.scan([proc.pid]) == 1
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        selected.settimeout(30)
+        selected.accept()[0].close()
+        assert proc.stdout.readline().strip() == "connected"
+        copy(proc, 200)
+        assert probes.retire(connected={proc.pid}) == 0  # no ConnOpen read: the kernel's mark
+        assert proc.pid in probes.calls_out and map_pids("py_ctx_probed") == {proc.pid}
+    finally:
+        stop_process(proc)
 
 
 def test_a_quiet_process_loses_its_probes_until_its_first_connection(probes):

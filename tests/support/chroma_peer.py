@@ -37,7 +37,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,6 +46,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.ports import free_port
 from tests.support.processes import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,12 +61,6 @@ DOCS = {
 }
 QUERY = [[0.9, 0.1, 0.0]]
 EXPECTED_IDS = ["doc-1", "doc-2"]  # nearest two to QUERY
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def chroma_bin_dir() -> Path | None:

@@ -59,7 +59,6 @@ import contextlib
 import hashlib
 import json
 import os
-import socket
 import ssl
 import struct
 import subprocess
@@ -75,6 +74,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.support.ports import free_port
 from tests.support.processes import stop_process
 
 MAX_TOKENS = 10_000
@@ -550,12 +550,6 @@ app = create_app()  # `uvicorn tests.support.openai_server:app` with the default
 # --- running it in its own process -------------------------------------------------------
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
