@@ -96,15 +96,11 @@ PIPE_NAME = "pipe-bench"  # the selected loop's command name (--pipe, mode `sele
 
 
 def run_loop(port: int, iterations: int, size: int, executable: str = sys.executable,
-             tracer=None, on_ready=None) -> float:
+             on_ready=None) -> float:
     """ns per write+read pair of the loop; `on_ready(pid)` runs once the loop's process is
-    up, before its first pair (the Context probes attached to it with --python-context)."""
+    up, before its first pair (the floor's selection, the Context probes' attach)."""
     cmd = [executable, "-c", LOOP, str(port), str(iterations), str(size),
            "pipe" if PIPE else "tcp"]
-    if PY_CONTEXT and tracer is not None:
-        def on_ready(pid: int) -> None:
-            if not tracer.asyncio.scan([pid]):
-                raise RuntimeError("the Context probes did not attach to the loop")
     if on_ready is None:
         out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600)
         return json.loads(out.stdout)["ns_per_pair"]
@@ -205,9 +201,14 @@ def measure(mode: str, iterations: int, size: int, baseline: Path | None = None,
 
     thread = threading.Thread(target=drain, daemon=True)
     thread.start()
+    def probe_context(pid: int) -> None:  # --python-context: the loop a registered process
+        if not tracer.asyncio.scan([pid]):
+            raise RuntimeError("the Context probes did not attach to the loop")
+
     try:
         with program_runs(mode, stats, iterations + 1000):
-            ns = run_loop(port, iterations, size, executable, tracer)
+            ns = run_loop(port, iterations, size, executable,
+                          probe_context if PY_CONTEXT else None)
     finally:
         stop.set()
         thread.join(5)

@@ -11,8 +11,8 @@ datagrams with their peer, process exits, and a small bound on the threads' last
 from __future__ import annotations
 
 import dataclasses
-import json
 import enum
+import json
 import random
 import sys
 from pathlib import Path
@@ -263,10 +263,10 @@ def dds_events(name: str) -> list:
     path = Path(__file__).parents[1] / "protocols/rtps/fixtures" / f"{name}.jsonl"
     grams = [json.loads(line) for line in path.read_text().splitlines()]
     out: list = []
-    pos: dict[tuple, int] = {}
+    pos: dict[tuple, int] = {}  # (key, direction) -> the next datagram's position
     for g in grams:
         key = (g["pid"], g["fd"], 1)
-        if key not in {k for k, _ in pos}:
+        if (key, 0) not in pos:
             pos[(key, 0)] = pos[(key, 1)] = 0
             out.append(abi.ConnOpen(key=key, ts_ns=g["ts_ns"] - 1, tid=g["pid"], role=Role.UNKNOWN,
                                     flags=0, family=2, local_addr="127.0.0.1",
