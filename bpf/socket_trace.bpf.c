@@ -473,6 +473,30 @@ int BPF_KRETPROBE(context_copy_return, void *copy)
 	ev->_pad = 0;
 	ev->task = (__u64)copy;
 	ev->parent = parent;
+	struct thread_state *t = bpf_map_lookup_elem(&threads, &id);
+	ev->entered = t ? t->loop_entered : 0;
+	ev->entered_ns = t ? t->loop_entered_ns : 0;
 	bpf_ringbuf_submit(ev, wakeup_flags());
+	return 0;
+}
+
+/* uvloop reads a socket in libuv's callback, outside any Context, then runs the protocol's
+ * data_received (and its other callbacks) in the transport's Context through its
+ * run_in_context helpers, whose first argument is that Context: a Context copied in it after
+ * the read (uvicorn creating a request's task) is made for the bytes just read, which the
+ * read's own Context cannot say there (decisions: "uvloop: the Context a read is delivered
+ * in"). Attached to uvloop's loop module for the probed processes that map it. */
+SEC("uprobe")
+int BPF_KPROBE(loop_context_enter, void *context)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	if (!context || !bpf_map_lookup_elem(&traced_pids, &tgid))
+		return 0;
+	struct thread_state *t = thread_state_made(id);
+	if (t) {
+		t->loop_entered = (__u64)context;
+		t->loop_entered_ns = bpf_ktime_get_ns();
+	}
 	return 0;
 }

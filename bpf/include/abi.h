@@ -4,7 +4,7 @@
 #ifndef OTEL_EBPF_ABI_H
 #define OTEL_EBPF_ABI_H
 
-#define ABI_VERSION 3
+#define ABI_VERSION 4
 #define MAX_CAPTURE 65536 /* largest payload prefix captured per message (power of two) */
 #define MAX_TARGETS 1024  /* entries in each target-selection map */
 #define COMM_LEN 16
@@ -128,6 +128,9 @@ struct task_event {
 	__u32 _pad;
 	__u64 task;    /* the new Context's address */
 	__u64 parent;  /* the Context the copying thread ran in, or 0 */
+	__u64 entered; /* the Context the thread's event loop last entered to run a protocol
+			* callback (uvloop), or 0 */
+	__u64 entered_ns; /* when it entered it */
 };
 
 struct proc_exit_event {

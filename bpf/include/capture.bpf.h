@@ -110,6 +110,10 @@ struct thread_state {
 	__u32 py_span;    /* context's word in a window read from native_thread_id on (1 to
 			   * PY_CTX_WINDOW - 1), or 0: two reads (py_context.bpf.h) */
 	__u32 _pad;
+	/* the Context an event loop last entered on this thread to run a protocol callback
+	 * (uvloop's run_in_context: socket_trace.bpf.c), and when */
+	__u64 loop_entered;
+	__u64 loop_entered_ns;
 };
 
 struct scratch {

@@ -8,7 +8,8 @@
  * decodes the same records both ways).
  *
  *   configure(DataEvent, ConnClose, directions[, make_task[, make_peer]])   once, from
- *       otel_ebpf/kernel/abi.py; make_task(pid, tid, ts_ns, task, parent) -> TaskNew,
+ *       otel_ebpf/kernel/abi.py; make_task(pid, tid, ts_ns, task, parent, entered,
+ *       entered_ns) -> TaskNew,
  *       make_peer(raw, family, port) -> (address, port)
  *   decode(records: list[bytes]) -> (events, n_raw)
  *   Ring(fds).poll(timeout_ms) -> (events, n_raw, rc)
@@ -256,17 +257,23 @@ static PyObject *decode_task(const unsigned char *rec)
 {
 	struct task_event ev;
 	memcpy(&ev, rec, sizeof(ev));
-	PyObject *fields[5] = {
+	enum { N = 7 };
+	PyObject *fields[N] = {
 		PyLong_FromUnsignedLong(ev.pid),
 		PyLong_FromUnsignedLong(ev.hdr.tid),
 		PyLong_FromUnsignedLongLong(ev.hdr.ts_ns),
 		PyLong_FromUnsignedLongLong(ev.task),
 		PyLong_FromUnsignedLongLong(ev.parent),
+		PyLong_FromUnsignedLongLong(ev.entered),
+		PyLong_FromUnsignedLongLong(ev.entered_ns),
 	};
 	PyObject *out = NULL;
-	if (fields[0] && fields[1] && fields[2] && fields[3] && fields[4])
-		out = PyObject_Vectorcall(make_task, fields, 5, NULL);
-	for (int i = 0; i < 5; i++)
+	int made = 1;
+	for (int i = 0; i < N; i++)
+		made &= fields[i] != NULL;
+	if (made)
+		out = PyObject_Vectorcall(make_task, fields, N, NULL);
+	for (int i = 0; i < N; i++)
 		Py_XDECREF(fields[i]);
 	return out;
 }

@@ -248,14 +248,21 @@ class Correlator:
         self.task_reads.pop(key, None)  # an address reused by a new task
         origin = self.task_reads.get((birth.pid, birth.parent)) if birth.parent else None
         # a Context copied from one that serves no request: a loop callback's (the one
-        # the loop runs a protocol's data_received in) creating a request's task. The
-        # callback made the read in the very Context the copy is made from: a copy from
-        # any other Context after the read (an accept's call_soon for another connection,
-        # the loop's own work in its base Context) is not made for that read, and would
-        # pass its request on to every Context made from its own. Only the first such copy
-        # after a read takes it (a callback copies more than once: timers, call_soon)
-        if origin is None and read is not None and read.context == birth.parent \
-                and birth.parent and 0 <= birth.ts_ns - read.ns <= TASK_AFTER_READ_NS:
+        # the loop runs a protocol's data_received in) creating a request's task. The copy
+        # must be made in the Context the read's bytes were handed over in: asyncio's
+        # callback made the read in the very Context the copy is made from; uvloop reads in
+        # libuv's callback, outside any Context, then enters the transport's Context to
+        # run data_received (the Context the kernel saw it enter after the read). A copy
+        # from any other Context after the read (an accept's call_soon for another
+        # connection, the loop's own work in its base Context, another connection's
+        # handler task) is not made for that read, and would pass its request on to every
+        # Context made from its own. Only the first such copy after a read takes it (a
+        # callback copies more than once: timers, call_soon)
+        parent = birth.parent
+        if origin is None and read is not None and parent and (
+                read.context == parent
+                or (birth.entered == parent and birth.entered_ns >= read.ns)) \
+                and 0 <= birth.ts_ns - read.ns <= TASK_AFTER_READ_NS:
             taken = (read.key, read.pos)
             if taken not in self.reads_taken:
                 self.reads_taken[taken] = None

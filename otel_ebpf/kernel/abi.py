@@ -16,7 +16,7 @@ from typing import NamedTuple
 from otel_ebpf import _fast
 from otel_ebpf.protocols.base import Direction, Role, positional_maker
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 MAX_CAPTURE = 65536
 MAX_TARGETS = 1024
 COMM_LEN = 16
@@ -48,7 +48,7 @@ ADDR = struct.Struct("<16sHH4x")  # bytes, port, family
 CONN_OPEN = struct.Struct("<B3xIQ" + "IiQ" + "16sHH4x" * 2 + "II16s")
 CONN_CLOSE = struct.Struct("<B3xIQ" + "IiQ" + "QQ")
 DATA = struct.Struct("<B3xIQ" + "IiQ" + "QQIIIBBH" + "16sHH4x" + "Q")
-TASK_NEW = struct.Struct("<B3xIQ" + "I4xQQ")
+TASK_NEW = struct.Struct("<B3xIQ" + "I4xQQQQ")
 PROC_EXIT = struct.Struct("<B3xIQ" + "I4x")
 AGENT_CONFIG = struct.Struct(f"<14I{MAX_WIDE_KEYS}Q")  # struct agent_config
 
@@ -122,6 +122,10 @@ class TaskNew:
     ts_ns: int
     task: int
     parent: int
+    # the Context the thread's event loop last entered to run a protocol callback (uvloop
+    # runs data_received in the transport's Context, entered after libuv's read), and when
+    entered: int = 0
+    entered_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,8 +238,9 @@ def _decode_fork(buf: bytes) -> ProcessFork:
 
 
 def _decode_task(buf: bytes) -> TaskNew:
-    _, tid, ts, pid, task, parent = TASK_NEW.unpack_from(buf)
-    return TaskNew(pid=pid, tid=tid, ts_ns=ts, task=task, parent=parent)
+    _, tid, ts, pid, task, parent, entered, entered_ns = TASK_NEW.unpack_from(buf)
+    return TaskNew(pid=pid, tid=tid, ts_ns=ts, task=task, parent=parent, entered=entered,
+                   entered_ns=entered_ns)
 
 
 _DECODERS = {
@@ -308,7 +313,8 @@ if _fast.ring is not None:
     # with each of its records (DDS): built in C too, by the fields _decode_task reads, in
     # its order, and by _peer_of (the C decoder keeps the tuples it made for recent peers)
     _fast.ring.configure(DataEvent, ConnClose, _DIRECTIONS,
-                         positional_maker(TaskNew, ("pid", "tid", "ts_ns", "task", "parent")),
+                         positional_maker(TaskNew, ("pid", "tid", "ts_ns", "task", "parent",
+                                                    "entered", "entered_ns")),
                          _peer_of)
 
 

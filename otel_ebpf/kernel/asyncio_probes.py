@@ -33,6 +33,14 @@ from .uprobes import LibraryProbes, file_offsets
 log = logging.getLogger(__name__)
 
 _LIBPYTHON = re.compile(r"/libpython3\.\d+[^/]*\.so[.\d]*$")
+_UVLOOP = re.compile(r"/uvloop/loop\.cpython-[^/]*\.so$")
+# uvloop's helpers that enter a transport's Context to run a protocol callback
+# (data_received, connection_made, eof_received...), the Context their first argument:
+# Cython functions of the module, named in its .symtab (its wheels keep it)
+LOOP_ENTRIES = ("__pyx_f_6uvloop_4loop_run_in_context", "__pyx_f_6uvloop_4loop_run_in_context1")
+# Seconds before a probed process without uvloop is looked at again (doubled each time, up
+# to LOOP_LOOK_LAST): a server imports its event loop after its start, before it serves
+LOOP_LOOK_FIRST, LOOP_LOOK_LAST = 0.5, 64.0
 _EXECUTABLE = re.compile(r"/python3?(\.\d+)?[^/]*$")
 CONTEXT_COPY = "PyContext_CopyCurrent"
 # PyThreadState.context by CPython minor version: not among 3.13's _Py_DebugOffsets, so a
@@ -130,6 +138,35 @@ def interpreter_record(path: str) -> tuple[int, bytes]:
     return offset, record
 
 
+def loop_modules(pid: int | str, proc_root: str = "/proc") -> set[str]:
+    """uvloop's compiled loop module for process `pid`: the one it maps, or, before it
+    imports uvloop, the one in the virtualenv its command runs from (`venv/bin/uvicorn`,
+    `venv/bin/python -m ...`), so that the probe is there for its first request."""
+    proc = Path(proc_root, str(pid))
+    try:
+        maps = (proc / "maps").read_text()
+    except OSError:
+        return set()
+    found = {line.split(maxsplit=5)[-1] for line in maps.splitlines()
+             if line.count(" ") >= 5 and _UVLOOP.search(line)}
+    if found:
+        return found
+    try:
+        argv = (proc / "cmdline").read_bytes().split(b"\0")[:2]
+        cwd = os.readlink(proc / "cwd")
+    except OSError:
+        return found
+    for arg in argv:
+        command = Path(cwd, os.fsdecode(arg)) if arg else None
+        # a script or interpreter in venv/bin: the venv is two levels up, named by its
+        # pyvenv.cfg
+        venv = command.parent.parent if command is not None else None
+        if venv is not None and (venv / "pyvenv.cfg").is_file():
+            found.update(str(p) for p in
+                         venv.glob("lib/python3*/site-packages/uvloop/loop.cpython-*.so"))
+    return found
+
+
 def has_socket(proc: Path) -> bool:
     """Whether the process at /proc/PID has a socket open."""
     try:
@@ -174,18 +211,27 @@ class AsyncioProbes(LibraryProbes):
         self._epoch_map = obj.map("py_ctx_epoch")
         self._epoch = 0
         self._probed = obj.map("py_ctx_probed")
+        # uvloop: pid -> the links of its loop probes; offsets by file (None: not covered);
+        # pid -> [when to look again for its uvloop, the gap after that]
+        self.loops: dict[int, list[int]] = {}
+        self._loop_sites: dict[str, tuple[int, ...] | None] = {}
+        self._loop_looks: dict[int, list[float]] = {}
 
     def scan(self, pids: list[int | str]) -> int:
         """Attach to these processes' interpreters; returns how many processes were new."""
         new = 0
         for pid in pids:
             pid = int(pid)
+            if pid in self.processes and pid not in self.loops:
+                self._look_for_loop(pid)  # its first connection: its loop is there by now
             if pid in self.processes or pid == self._own or (
                     pid in self.retired and pid not in self.calls_out):
                 continue
             for path in interpreters_of(pid):
                 if path not in self.uncovered and self._file(path) is not None:
                     new += self._attach_process(pid, path)
+                    if path in self.shared or pid in self.processes:
+                        self._look_for_loop(pid)
         return new
 
     def scan_all(self, proc_root: str = "/proc") -> int:
@@ -210,6 +256,7 @@ class AsyncioProbes(LibraryProbes):
         Context where the old interpreter kept its thread states. No epoch bump: the old
         threads' cached values went with them (sched_process_exit, sched_process_exec)."""
         self._detach_process(pid)
+        self._detach_loop(pid)
         self._procs.delete(pid.to_bytes(4, "little"))
         self.calls_out.discard(pid)
         self.retired.discard(pid)
@@ -256,10 +303,66 @@ class AsyncioProbes(LibraryProbes):
                 self.processes[pid][2] = now + QUIET_S
                 continue
             self._detach_process(pid)
+            self._detach_loop(pid)
             self._procs.delete(key)
             self._bump_epoch()
             gone += 1
+        if self._loop_looks:
+            self._look_again(now)
         return gone
+
+    def _look_for_loop(self, pid: int) -> None:
+        """Attach the loop probe to the uvloop module process `pid` maps or will import;
+        without one yet, look again later (LOOP_LOOK_FIRST, doubling)."""
+        if pid in self.loops:
+            return
+        links: list[int] = []
+        for path in loop_modules(pid, self.proc_root):
+            links += self._attach_loop(path, pid)
+        if links:
+            self.loops[pid] = links
+            self._loop_looks.pop(pid, None)
+            log.debug("event loop probes attached to uvloop for process %d", pid)
+        elif pid not in self._loop_looks:
+            self._loop_looks[pid] = [time.monotonic() + LOOP_LOOK_FIRST, LOOP_LOOK_FIRST]
+
+    def _look_again(self, now: float) -> None:
+        for pid, look in list(self._loop_looks.items()):
+            if now < look[0]:
+                continue
+            self._look_for_loop(pid)
+            if pid in self._loop_looks:
+                look[1] *= 2
+                if look[1] > LOOP_LOOK_LAST:
+                    del self._loop_looks[pid]  # a program that never runs uvloop
+                else:
+                    look[0] = now + look[1]
+
+    def _attach_loop(self, path: str, pid: int) -> list[int]:
+        """The loop probe on each of uvloop's entry helpers in `path`, for process `pid`."""
+        if path not in self._loop_sites:
+            try:
+                offsets = file_offsets(path, LOOP_ENTRIES)
+            except (OSError, ValueError) as exc:
+                offsets = {}
+                log.debug("uvloop module %s unreadable: %s", path, exc)
+            if len(offsets) < len(LOOP_ENTRIES):  # a stripped build: no evidence there
+                log.info("uvloop in %s not covered (no %s)", path,
+                         ", ".join(sorted(set(LOOP_ENTRIES) - set(offsets))))
+            self._loop_sites[path] = tuple(offsets.values()) or None
+        links: list[int] = []
+        for offset in self._loop_sites[path] or ():
+            try:
+                links.append(self.obj.attach_uprobe("loop_context_enter", path, offset,
+                                                    pid=pid))
+            except BPFError as exc:
+                log.warning("uvloop probe on %s for process %d failed: %s", path, pid, exc)
+        return links
+
+    def _detach_loop(self, pid: int) -> None:
+        self._loop_looks.pop(pid, None)
+        for link in self.loops.pop(pid, ()):
+            self.obj.detach(link)
 
     def _bump_epoch(self) -> None:
         """After a record left py_ctx_procs: threads that cached their thread state look at

@@ -27,6 +27,7 @@ int main(void) {
     O(data_event, exit_ns); O(data_event, pos); O(data_event, msg_len);
     O(data_event, tcp_seq); O(data_event, direction); O(data_event, peer);
     O(data_event, task); O(task_event, task); O(task_event, parent);
+    O(task_event, entered); O(task_event, entered_ns);
     O(conn_close_event, bytes_sent); O(data_event, tail_len);
     O(agent_config, wide_capture); O(agent_config, wide_keys);
     printf("ABI_VERSION %d\nMAX_CAPTURE %d\nCOMM_LEN %d\nCNT_MAX %d\nMAX_TARGETS %d\n",
@@ -82,6 +83,8 @@ def test_offsets(c_layout):
     assert int(c_layout["data_event.task"]) == abi.DATA.size - 8
     assert int(c_layout["task_event.task"]) == h + 8
     assert int(c_layout["task_event.parent"]) == h + 16
+    assert int(c_layout["task_event.entered"]) == h + 24
+    assert int(c_layout["task_event.entered_ns"]) == h + 32
 
 
 def test_constants(c_layout):

@@ -51,7 +51,7 @@ def open_record(draw) -> bytes:
 @st.composite
 def task_record(draw) -> bytes:
     return abi.TASK_NEW.pack(abi.EV_TASK_NEW, draw(U32), draw(U64), draw(U32), draw(U64),
-                             draw(U64))
+                             draw(U64), draw(U64), draw(U64))
 
 
 @st.composite
@@ -85,11 +85,12 @@ def test_data_close_and_task_are_built_in_c():
     data = abi.DATA.pack(abi.EV_DATA, 11, 100, 42, 7, 1, 200, 0, len(payload), len(payload), 5,
                          1, 0, 0, b"\0" * 16, 0, 0, 0xABC) + payload
     close = abi.CONN_CLOSE.pack(abi.EV_CONN_CLOSE, 11, 300, 42, 7, 1, 10, 20)
-    task = abi.TASK_NEW.pack(abi.EV_TASK_NEW, 12, 400, 42, 2**64 - 1, 0xDEF)
+    task = abi.TASK_NEW.pack(abi.EV_TASK_NEW, 12, 400, 42, 2**64 - 1, 0xDEF, 0xDEF, 390)
     events, raw = _fast.ring.decode([data, close, task])
     assert raw == 0
     assert events == [abi.decode(data), abi.decode(close), abi.decode(task)]
     assert type(events[2]) is abi.TaskNew and events[2].task == 2**64 - 1
+    assert (events[2].entered, events[2].entered_ns) == (0xDEF, 390)
     assert events[0].payload == payload and events[0].task == 0xABC
     assert _fast.ring.DATA_SIZE == abi.DATA.size
 
