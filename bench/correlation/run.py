@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.correlation.evaluate import Report, evaluate, markdown_table, read_spans, summary_line
+from bench.correlation.services import CLIENTS, LOOPS
 from bench.correlation.topology import REPO, pick_ports, start_topology
 from tests.integration.conftest import AgentRun, agent_config, read_metrics
 
@@ -131,9 +132,11 @@ def results_markdown(results: list[LevelResult], command: str) -> str:
     date = datetime.date.today().isoformat()
     return (
         f"\n## Span parents against ground truth\n\n`{command}`\n\n"
-        f"{date}, {_version()}, services on {_interpreter()}. Topology (each its own "
+        f"{date}, {_version()}, services on {_interpreter()}, uvicorn's loop: "
+        f"{os.environ.get('BENCH_LOOP', 'asyncio')}, gateway's client: "
+        f"{os.environ.get('BENCH_GATEWAY_CLIENT', 'httpx')}. Topology (each its own "
         "process): load generator (threads, "
-        "`requests`) -> gateway (FastAPI `async def`, shared `httpx.AsyncClient`) -> rag "
+        "`requests`) -> gateway (FastAPI `async def`, one shared client) -> rag "
         "(FastAPI `def`, threadpool, `requests`) -> embedder, vectordb, llm (SSE stream); "
         "gateway -> legacy (gunicorn sync workers, Flask) -> embedder on every third request. "
         "Ground truth: a rid per request in `?rid=`, logged by each caller. Rows: "
@@ -156,6 +159,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", type=Path, help="logs, ground truth, spans (default: a temp dir)")
     p.add_argument("--python", help="the interpreter the services run on (a venv's python "
                    "with fastapi, uvicorn, httpx, requests, flask, gunicorn); default: this one")
+    p.add_argument("--loop", choices=LOOPS, default="asyncio",
+                   help="the uvicorn services' event loop: asyncio, uvloop (needs uvloop where "
+                   "the services run: --python), or mixed (gateway and llm on uvloop)")
+    p.add_argument("--client", choices=CLIENTS, default="httpx",
+                   help="the gateway's HTTP client (aiohttp needs aiohttp where it runs)")
     p.add_argument("--out", type=Path, help="append the Markdown tables to this file")
     p.add_argument("--record", action="store_true",
                    help="record the correlator's inputs and decisions, then print the evidence "
@@ -163,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.python:
         os.environ["BENCH_SERVICE_PYTHON"] = a.python
+    os.environ["BENCH_LOOP"], os.environ["BENCH_GATEWAY_CLIENT"] = a.loop, a.client
     levels = [int(x) for x in a.levels.split(",") if x.strip()]
     if not levels or min(levels) < 1 or a.requests < 1:
         p.error("--levels must be positive integers and --requests at least 1")

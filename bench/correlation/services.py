@@ -84,31 +84,87 @@ def _starlette(routes: list):
     return Starlette(routes=routes)
 
 
-def make_gateway():
+# the event loop of each uvicorn service (BENCH_LOOP): asyncio's, uvloop (what
+# `uvicorn[standard]`, LiteLLM and vLLM run), or mixed: the gateway and llm on uvloop, rag,
+# embedder and vectordb on asyncio
+LOOPS = ("asyncio", "uvloop", "mixed")
+MIXED_UVLOOP = {"gateway", "llm"}
+# the gateway's HTTP client (BENCH_GATEWAY_CLIENT): httpx or aiohttp, one shared each
+CLIENTS = ("httpx", "aiohttp")
+
+
+def loop_of(service: str, loops: str) -> str:
+    """The event loop `service` runs under the topology's choice `loops`."""
+    if loops == "mixed":
+        return "uvloop" if service in MIXED_UVLOOP else "asyncio"
+    return loops
+
+
+def _httpx_get_post():
+    """(get, post) coroutines over one shared httpx.AsyncClient: each returns the JSON."""
     import httpx
 
-    FastAPI = _fastapi()  # noqa: N806
-
-    truth = Truth("gateway")
     client: dict[str, httpx.AsyncClient] = {}
 
-    async def http() -> httpx.AsyncClient:
+    def http() -> httpx.AsyncClient:
         if "c" not in client:
             client["c"] = httpx.AsyncClient(
                 timeout=TIMEOUT_S, limits=httpx.Limits(max_connections=200))
         return client["c"]
 
-    async def ask(rid: str, q: str = "hello", legacy: int = 0) -> dict:
-        c = await http()
-        child = truth.child(rid, "asyncio", "rag")
-        r = await c.post(url("rag", "/rag", child), json={"q": q}, headers=headers(child))
+    async def get(target: str, hdrs: dict) -> dict:
+        r = await http().get(target, headers=hdrs)
         r.raise_for_status()
-        out = {"answer": r.json()["answer"]}
+        return r.json()
+
+    async def post(target: str, body: dict, hdrs: dict) -> dict:
+        r = await http().post(target, json=body, headers=hdrs)
+        r.raise_for_status()
+        return r.json()
+
+    return get, post
+
+
+def _aiohttp_get_post():
+    """(get, post) coroutines over one shared aiohttp.ClientSession (made in the loop)."""
+    import aiohttp
+
+    session: dict[str, aiohttp.ClientSession] = {}
+
+    def http() -> aiohttp.ClientSession:
+        if "s" not in session:
+            session["s"] = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=TIMEOUT_S),
+                connector=aiohttp.TCPConnector(limit=200))
+        return session["s"]
+
+    async def get(target: str, hdrs: dict) -> dict:
+        async with http().get(target, headers=hdrs) as r:
+            r.raise_for_status()
+            return await r.json()
+
+    async def post(target: str, body: dict, hdrs: dict) -> dict:
+        async with http().post(target, json=body, headers=hdrs) as r:
+            r.raise_for_status()
+            return await r.json()
+
+    return get, post
+
+
+def make_gateway():
+    FastAPI = _fastapi()  # noqa: N806
+
+    truth = Truth("gateway")
+    client = os.environ.get("BENCH_GATEWAY_CLIENT", "httpx")
+    get, post = _aiohttp_get_post() if client == "aiohttp" else _httpx_get_post()
+
+    async def ask(rid: str, q: str = "hello", legacy: int = 0) -> dict:
+        child = truth.child(rid, "asyncio", "rag")
+        out = {"answer": (await post(url("rag", "/rag", child), {"q": q},
+                                     headers(child)))["answer"]}
         if legacy:
             child = truth.child(rid, "asyncio", "legacy")
-            r = await c.get(url("legacy", "/legacy", child), headers=headers(child))
-            r.raise_for_status()
-            out["legacy"] = r.json()
+            out["legacy"] = await get(url("legacy", "/legacy", child), headers(child))
         return out
 
     if FastAPI is None:  # Starlette alone: the request's task runs the endpoint all the same
@@ -325,7 +381,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     import uvicorn
 
-    uvicorn.run(APPS[a.service](), host="127.0.0.1", port=PORTS[a.service],
+    loop = loop_of(a.service, os.environ.get("BENCH_LOOP", "asyncio"))
+    uvicorn.run(APPS[a.service](), host="127.0.0.1", port=PORTS[a.service], loop=loop,
                 log_level="warning", access_log=False)
 
 
