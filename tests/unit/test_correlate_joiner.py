@@ -367,3 +367,45 @@ def test_a_connections_reader_context_made_after_another_read_stays_unbound():
     c.flush()
     assert call_span.parent_span_id == server_b.span_id
     assert call_span.attributes["otel_ebpf.correlation"] == "task"
+
+
+def test_uvloop_a_copy_in_the_context_entered_after_the_read_takes_it():
+    """uvloop reads in libuv's callback, in the loop's base Context, then enters the
+    transport's Context (its server's, the same for every connection) to run data_received,
+    where uvicorn creates the request's task: the copy's parent is the entered Context, not
+    the read's. It takes the read when the kernel saw that Context entered after the read;
+    a copy from another Context (another connection's handler task) or one whose entry came
+    before the read takes nothing, and only the first copy takes the read."""
+    from otel_ebpf.conntrack.table import LastRead
+    from otel_ebpf.kernel.abi import TaskNew
+
+    base, server_ctx, handler_b = 0x1D40, 0x3140, 0x4000
+    read = LastRead(SERVER.key, 0, 40, ns=1_000, context=base)
+    c = Correlator(Stats())
+    c.on_tasks([
+        # another connection's handler task copies (a timer) after the read: not for it
+        (TaskNew(pid=2, tid=7, ts_ns=1_020, task=0xB, parent=handler_b,
+                 entered=server_ctx, entered_ns=1_010), read),
+        # the request's task, in the server's Context entered after the read
+        (TaskNew(pid=2, tid=7, ts_ns=1_050, task=0xA, parent=server_ctx,
+                 entered=server_ctx, entered_ns=1_010), read),
+        # a second copy in the same callback (add_done_callback): the read is taken
+        (TaskNew(pid=2, tid=7, ts_ns=1_060, task=0xC, parent=server_ctx,
+                 entered=server_ctx, entered_ns=1_010), read),
+        (TaskNew(pid=2, tid=8, ts_ns=1_100, task=0xF, parent=0xA), None),  # to_thread
+    ])
+    assert set(c.task_reads) == {(2, 0xA), (2, 0xF)}
+    call = frame(Direction.EGRESS, 30, 31, 8, seq=2)
+    call.task = 0xF
+    c.on_frames([request(SERVER, 10, 20, tid=7, seq=1), request(SERVER_B, 12, 22, tid=7, seq=5),
+                 (OUT, call)], now_ns=0)
+    server, call_span = span(SERVER), span(OUT)
+    c.on_spans([call_span, server], now_ns=0)
+    c.flush()
+    assert call_span.parent_span_id == server.span_id
+    assert call_span.attributes["otel_ebpf.correlation"] == "task"
+
+    stale = Correlator(Stats())  # the Context was entered before the read: another callback
+    stale.on_tasks([(TaskNew(pid=2, tid=7, ts_ns=1_050, task=0xA, parent=server_ctx,
+                             entered=server_ctx, entered_ns=990), read)])
+    assert not stale.task_reads
