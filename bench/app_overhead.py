@@ -8,6 +8,7 @@ installed, as `make deps` does):
         [--seconds 10] [--out docs/performance.md]
         [--modes otel-ebpf,otel-sdk] [--warmup 1] [--wrk-connections 16] [--normal-priority]
         [--endpoints async,def,hop] [--stats] [--perf]
+        [--loop uvloop --service-bin .venv-gateway/bin]
 
 The service is bench/apps/fastapi_app.py under uvicorn, one worker, in a fresh process for
 every endpoint, mode and round, pinned to core 1 (`taskset -c 1`). Endpoints (--endpoints,
@@ -215,6 +216,11 @@ class ServerRun:
     share: TracingShare | None = None  # --perf: the server's samples under wrk
 
 
+# --loop and --service-bin: uvicorn's event loop, and the venv bin folder whose uvicorn
+# runs the app (uvloop lives outside the main venv: make test's .venv-gateway has it)
+SERVER = {"loop": "asyncio", "bin": VENV_BIN}
+
+
 def start_server(workdir: Path, port: int, mode: str, core: str = APP_CORE,
                  upstream: int | None = None, name: str = "uvicorn", rt: bool = False
                  ) -> tuple[subprocess.Popen, Path]:
@@ -227,7 +233,8 @@ def start_server(workdir: Path, port: int, mode: str, core: str = APP_CORE,
     with log.open("w") as out:
         proc = subprocess.Popen(
             [*(["chrt", "-f", LOAD_RT_PRIORITY] if rt else []),
-             "taskset", "-c", core, str(VENV_BIN / "uvicorn"), APP, "--host", "127.0.0.1",
+             "taskset", "-c", core, str(SERVER["bin"] / "uvicorn"), APP, "--host", "127.0.0.1",
+             "--loop", SERVER["loop"],
              "--port", str(port), "--workers", "1", "--no-access-log", "--log-level", "warning",
              "--timeout-keep-alive", "60"],
             cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -380,7 +387,8 @@ def markdown(runs: dict[str, list[ServerRun]], args, endpoint: str = "async") ->
     load = ("normal priority" if args.normal_priority
             else f"SCHED_FIFO {LOAD_RT_PRIORITY} (chrt -f)")
     lines = [
-        f"### Application overhead: FastAPI under uvicorn, `{endpoint}` endpoint "
+        f"### Application overhead: FastAPI under uvicorn ({SERVER['loop']} loop), "
+        f"`{endpoint}` endpoint "
         f"(GET {ENDPOINTS[endpoint]}; {datetime.date.today().isoformat()}, "
         f"median of {n} rounds, {args.seconds:g} s per phase)",
         "",
@@ -548,8 +556,16 @@ def main() -> int:
                     help="sample the app under wrk with perf: tracing's share of its CPU")
     ap.add_argument("--baseline", type=Path,
                     help="a source tree (bpf/ built) whose agent runs as mode `baseline`")
+    ap.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio",
+                    help="uvicorn's event loop for the service (and the hop's upstream)")
+    ap.add_argument("--service-bin", type=Path, default=VENV_BIN,
+                    help="the venv bin folder whose uvicorn runs the service (uvloop: "
+                    ".venv-gateway/bin, which make test builds)")
     ap.add_argument("--out", type=Path, help="append the tables to this Markdown file")
     args = ap.parse_args()
+    if not (args.service_bin / "uvicorn").is_file():
+        ap.error(f"--service-bin: no uvicorn in {args.service_bin}")
+    SERVER.update(loop=args.loop, bin=args.service_bin)
     if os.geteuid() != 0:
         ap.error("run as root: the agent loads BPF programs")
     if (os.cpu_count() or 1) < 2:
