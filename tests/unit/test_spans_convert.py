@@ -7,7 +7,7 @@ from otel_ebpf.protocols.base import ConnInfo, NeutralSpan, Role, SpanEvent, Spa
 from otel_ebpf import __version__
 from otel_ebpf.correlate import assign_ids
 from otel_ebpf.spans.clock import KernelClock
-from otel_ebpf.spans.convert import ready, resource_for, to_readable
+from otel_ebpf.spans.convert import event_wall, ready, resource_for, to_readable
 from tests.support.host_clock import HostClock
 
 CONN = ConnInfo(pid=4321, fd=7, generation=1, role=Role.SERVER, transport="stream", family="ipv4", comm="uvicorn")
@@ -74,6 +74,35 @@ def test_to_readable_fields():
     assert out.resource.attributes["service.name"] == "uvicorn"
     assert out.instrumentation_scope.name == "otel-ebpf"
     assert out.instrumentation_scope.version == __version__
+
+
+def test_start_and_end_are_mapped_and_events_lie_between_them():
+    """While the clock absorbs a step the mapping is no plain shift: the end is the
+    mapping's own value, not the start plus the kernel duration."""
+    host = HostClock()
+    clock = host.clock()
+    host.offset += 100_000_000  # the host steps its wall clock 100 ms forward
+    host.mono += 10_000_000
+    clock.refresh()
+    start, end = host.mono + 1_000_000, host.mono + 9_000_000
+    times = [start - 5, start, start + 1, (start + end) // 2, end - 1, end, end + 5]
+    span = make_span(start_ns=start, end_ns=end, events=[SpanEvent("e", t) for t in times])
+    ready(span, resource_for({}), clock)
+    assert (span.wall_ns, span.wall_end_ns) == (clock.to_wall(start), clock.to_wall(end))
+    assert span.wall_end_ns - span.wall_ns == 9 * (end - start) // 8  # the offset climbing
+    walls = [event_wall(span, t) for t in times]
+    assert walls[:2] == [span.wall_ns] * 2 and walls[-2:] == [span.wall_end_ns] * 2
+    assert walls == sorted(walls) and len(set(walls)) == 5
+    assert walls[3] == span.wall_ns + (span.wall_end_ns - span.wall_ns) // 2
+    out = to_readable(span)
+    assert (out.start_time, out.end_time) == (span.wall_ns, span.wall_end_ns)
+    assert [e.timestamp for e in out.events] == walls
+
+
+def test_an_event_of_an_instant_span_is_at_its_start():
+    span = ready(make_span(start_ns=7_000, end_ns=7_000, events=[SpanEvent("e", 7_100)]),
+                 resource_for({}), fixed_clock())
+    assert event_wall(span, 7_100) == span.wall_ns == span.wall_end_ns == OFFSET + 7_000
 
 
 def test_kinds_map_by_meaning():
