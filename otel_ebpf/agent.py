@@ -258,8 +258,8 @@ class Agent:
         next_sweep = time.monotonic() + SWEEP_INTERVAL_S
         while not self._stop.is_set():
             events = self.tracer.poll(poll_ms)
-            # a sample after the poll brackets the events just read: each is dated by the
-            # wall clock of its own moment (the host may be slewing or stepping it)
+            # a sample of the wall clock (the host may be slewing or stepping it) after the
+            # poll: the mapping heads for it from a moment after every one it has mapped
             self.clock.refresh()
             if events:
                 self._new_processes(events)

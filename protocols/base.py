@@ -199,10 +199,12 @@ class NeutralSpan:
     # values for the histograms the parser or layer declares (`instruments`), recorded
     # against the span's process when the span is emitted
     measurements: list[Measurement | Measurements] = field(default_factory=list)
-    # set by the export pipeline (spans/convert.py: ready): the process's Resource and the
-    # start as wall-clock time; the exporters encode the span from these and the rest
+    # set by the export pipeline (spans/convert.py: ready): the process's Resource, and the
+    # start and the end as wall-clock time (spans/clock.py's one mapping); the exporters
+    # encode the span from these and the rest
     resource: Any = None
     wall_ns: int = 0
+    wall_end_ns: int = 0
     # W3C tracestate the span goes out with: head sampling's `ot=th:` (correlate/sampling.py)
     trace_state: str = ""
 

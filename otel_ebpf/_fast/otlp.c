@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* One span of the agent's (a NeutralSpan made ready for export: IDs, resource, wall-clock
- * start) as an OTLP Span message and as an OTLP/JSON Span object, written in C: the bytes
- * otel_ebpf/export/otlp_proto.py (span_proto) and otlp_json.py (span_json, then orjson)
- * write, in their order and with their encodings (tests/unit/test_fast_otlp.py compares
- * both on the same spans).
+ * start and end) as an OTLP Span message and as an OTLP/JSON Span object, written in C:
+ * the bytes otel_ebpf/export/otlp_proto.py (span_proto) and otlp_json.py (span_json, then
+ * orjson) write, in their order and with their encodings (tests/unit/test_fast_otlp.py
+ * compares both on the same spans).
  *
  * span(neutral_span) -> bytes | None
  * span_json(neutral_span, dumps) -> bytes | None    (dumps: orjson.dumps, for doubles)
@@ -203,29 +203,31 @@ static void attributes(Buf *b, unsigned char tag, PyObject *attrs)
 
 /* ---- reading the span ------------------------------------------------------------ */
 
-static PyObject *s_name, *s_kind, *s_start_ns, *s_end_ns, *s_wall_ns, *s_attributes,
-	*s_status, *s_status_message, *s_trace_id, *s_span_id, *s_parent_span_id, *s_events,
-	*s_links, *s_time_ns, *s_trace_state;
+static PyObject *s_name, *s_kind, *s_start_ns, *s_end_ns, *s_wall_ns, *s_wall_end_ns,
+	*s_attributes, *s_status, *s_status_message, *s_trace_id, *s_span_id, *s_parent_span_id,
+	*s_events, *s_links, *s_time_ns, *s_trace_state;
 
 #define KIND_SERVER 2
 #define KIND_CONSUMER 5
 #define STATUS_ERROR 2
 
+#define VIEW_REFS 12
+
 /* The fields both writers read, borrowed from the span's (new) references. */
 typedef struct {
-	PyObject *refs[11];
+	PyObject *refs[VIEW_REFS];
 	PyObject *name, *attrs, *msg, *events, *links, *trace_state;
 	const unsigned char *trace, *span, *parent;
 	Py_ssize_t parent_len;
 	long kind, status;
-	long long start, end; /* wall clock */
-	long long kstart;     /* kernel clock: events are dated from it */
+	uint64_t start, end;   /* wall clock */
+	uint64_t kstart, kend; /* kernel clock: events are placed between them */
 	int has_parent, remote;
 } View;
 
 static void view_release(View *v)
 {
-	for (int i = 0; i < 11; i++)
+	for (int i = 0; i < VIEW_REFS; i++)
 		Py_XDECREF(v->refs[i]);
 }
 
@@ -243,14 +245,29 @@ static long long ll_of(PyObject *o, int *bad)
 	return v;
 }
 
+/* a time: what a fixed64 holds; anything else is Python's to write (or refuse) */
+static uint64_t u64_of(PyObject *o, int *bad)
+{
+	if (!PyLong_Check(o)) {
+		*bad = 1;
+		return 0;
+	}
+	unsigned long long v = PyLong_AsUnsignedLongLong(o);
+	if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+		PyErr_Clear();
+		*bad = 1;
+	}
+	return v;
+}
+
 /* 0 when every field is one this code writes; -1 (no exception set) when Python must */
 static int view_of(PyObject *obj, View *v)
 {
 	memset(v, 0, sizeof(*v));
-	PyObject *names[11] = {s_name,    s_kind,	 s_start_ns,	   s_end_ns,
-			       s_wall_ns, s_attributes, s_status,	 s_status_message,
-			       s_trace_id, s_span_id,	 s_parent_span_id};
-	for (int i = 0; i < 11; i++) {
+	PyObject *names[VIEW_REFS] = {s_name, s_kind, s_start_ns, s_end_ns, s_wall_ns,
+				      s_wall_end_ns, s_attributes, s_status, s_status_message,
+				      s_trace_id, s_span_id, s_parent_span_id};
+	for (int i = 0; i < VIEW_REFS; i++) {
 		v->refs[i] = PyObject_GetAttr(obj, names[i]);
 		if (!v->refs[i]) {
 			PyErr_Clear();
@@ -261,26 +278,28 @@ static int view_of(PyObject *obj, View *v)
 	int bad = 0;
 	v->name = r[0];
 	v->kind = (long)ll_of(r[1], &bad);
-	v->kstart = ll_of(r[2], &bad);
-	long long kend = ll_of(r[3], &bad);
-	v->start = ll_of(r[4], &bad);
-	v->attrs = r[5];
-	v->status = (long)ll_of(r[6], &bad);
-	v->msg = r[7];
+	v->kstart = u64_of(r[2], &bad);
+	v->kend = u64_of(r[3], &bad);
+	v->start = u64_of(r[4], &bad);
+	v->end = u64_of(r[5], &bad);
+	v->attrs = r[6];
+	v->status = (long)ll_of(r[7], &bad);
+	v->msg = r[8];
 	if (bad || !PyUnicode_CheckExact(v->name) || !PyUnicode_CheckExact(v->msg) ||
 	    !PyDict_CheckExact(v->attrs))
 		return -1;
-	v->end = v->start + kend - v->kstart;
-	if (v->start < 0 || v->end < 0 || v->kind < 0 || v->kind > 127 || v->status < 0 ||
-	    v->status > 127)
+	/* a span ending before it starts is not the clock's: Python writes what it makes of it */
+	if (v->kend < v->kstart || v->end < v->start || v->kind < 0 || v->kind > 127 ||
+	    v->status < 0 || v->status > 127)
 		return -1;
-	if (!PyBytes_CheckExact(r[8]) || PyBytes_GET_SIZE(r[8]) != 16 ||
-	    !PyBytes_CheckExact(r[9]) || PyBytes_GET_SIZE(r[9]) != 8 || !PyBytes_CheckExact(r[10]))
+	if (!PyBytes_CheckExact(r[9]) || PyBytes_GET_SIZE(r[9]) != 16 ||
+	    !PyBytes_CheckExact(r[10]) || PyBytes_GET_SIZE(r[10]) != 8 ||
+	    !PyBytes_CheckExact(r[11]))
 		return -1;
-	v->trace = (const unsigned char *)PyBytes_AS_STRING(r[8]);
-	v->span = (const unsigned char *)PyBytes_AS_STRING(r[9]);
-	v->parent = (const unsigned char *)PyBytes_AS_STRING(r[10]);
-	v->parent_len = PyBytes_GET_SIZE(r[10]);
+	v->trace = (const unsigned char *)PyBytes_AS_STRING(r[9]);
+	v->span = (const unsigned char *)PyBytes_AS_STRING(r[10]);
+	v->parent = (const unsigned char *)PyBytes_AS_STRING(r[11]);
+	v->parent_len = PyBytes_GET_SIZE(r[11]);
 	if (v->parent_len) {
 		if (v->parent_len != 8)
 			return -1;
@@ -358,7 +377,7 @@ static void bytes_field(Buf *b, unsigned char tag, PyObject *o, Py_ssize_t want)
 /* A SpanEvent's or SpanLink's fields, read once for either writer (new references). */
 typedef struct {
 	PyObject *first, *second, *attrs; /* event: name, time_ns; link: trace_id, span_id */
-	long long at;                     /* an event's wall-clock time */
+	uint64_t at;                      /* an event's wall-clock time */
 } Item;
 
 static void item_done(Item *it)
@@ -366,6 +385,19 @@ static void item_done(Item *it)
 	Py_XDECREF(it->first);
 	Py_XDECREF(it->second);
 	Py_XDECREF(it->attrs);
+}
+
+/* An event's wall time, as spans/convert.py's event_wall places it: between the span's
+ * wall start and end as its kernel time lies between the kernel ones, kept inside the
+ * span. With kstart <= t <= kend and start <= end (view_of) nothing here overflows: the
+ * product of two 64-bit differences fits 128 bits, and the quotient is at most end - start. */
+static uint64_t event_wall(const View *v, uint64_t t)
+{
+	if (v->kend == v->kstart)
+		return v->start;
+	t = t < v->kstart ? v->kstart : t > v->kend ? v->kend : t;
+	unsigned __int128 part = (unsigned __int128)(v->end - v->start) * (t - v->kstart);
+	return v->start + (uint64_t)(part / (v->kend - v->kstart));
 }
 
 /* 0, or -1 when the event is Python's to write */
@@ -376,9 +408,9 @@ static int event_of(PyObject *e, View *v, Item *it)
 	it->attrs = field_of(e, s_attributes);
 	int bad = !it->first || !it->second || !it->attrs || !PyUnicode_CheckExact(it->first) ||
 		  !PyDict_Check(it->attrs);
-	long long tns = bad ? 0 : ll_of(it->second, &bad);
-	it->at = v->start + tns - v->kstart;
-	return bad || it->at < 0 ? -1 : 0;
+	uint64_t tns = bad ? 0 : u64_of(it->second, &bad);
+	it->at = bad ? 0 : event_wall(v, tns);
+	return bad ? -1 : 0;
 }
 
 /* 0, or -1 when the link is Python's to write */
@@ -404,7 +436,7 @@ static void proto_events(Buf *b, View *v)
 		} else {
 			size_t ev = begin_field(b, 0x5a);
 			byte(b, 0x09);
-			fixed64(b, (uint64_t)it.at);
+			fixed64(b, it.at);
 			text_field(b, 0x12, it.first);
 			attributes(b, 0x1a, it.attrs);
 			end_field(b, ev);
@@ -454,9 +486,9 @@ static int write_span(Buf *b, PyObject *obj)
 	byte(b, 0x30);
 	byte(b, (unsigned char)v.kind);
 	byte(b, 0x39);
-	fixed64(b, (uint64_t)v.start);
+	fixed64(b, v.start);
 	byte(b, 0x41);
-	fixed64(b, (uint64_t)v.end);
+	fixed64(b, v.end);
 	attributes(b, 0x4a, v.attrs);
 	proto_events(b, &v);
 	proto_links(b, &v);
@@ -539,24 +571,35 @@ static void jstr(Buf *b, PyObject *s)
 	byte(b, '"');
 }
 
-static void jnum(Buf *b, long long n)
+static void jdigits(Buf *b, int negative, uint64_t u)
 {
 	char tmp[24];
 	int i = sizeof(tmp);
-	unsigned long long u = n < 0 ? 0ULL - (unsigned long long)n : (unsigned long long)n;
 	do {
 		tmp[--i] = (char)('0' + u % 10);
 		u /= 10;
 	} while (u);
-	if (n < 0)
+	if (negative)
 		tmp[--i] = '-';
 	put(b, tmp + i, sizeof(tmp) - i);
+}
+
+static void jnum(Buf *b, long long n)
+{
+	jdigits(b, n < 0, n < 0 ? 0ULL - (unsigned long long)n : (unsigned long long)n);
 }
 
 static void jquoted_num(Buf *b, long long n)
 {
 	byte(b, '"');
 	jnum(b, n);
+	byte(b, '"');
+}
+
+static void jquoted_time(Buf *b, uint64_t t)
+{
+	byte(b, '"');
+	jdigits(b, 0, t);
 	byte(b, '"');
 }
 
@@ -673,7 +716,7 @@ static void json_events(Buf *b, View *v, PyObject *dumps)
 			if (i)
 				byte(b, ',');
 			lit(b, "{\"timeUnixNano\":");
-			jquoted_num(b, it.at);
+			jquoted_time(b, it.at);
 			lit(b, ",\"name\":");
 			jstr(b, it.first);
 			if (PyDict_GET_SIZE(it.attrs)) {
@@ -738,9 +781,9 @@ static int write_span_json(Buf *b, PyObject *obj, PyObject *dumps)
 	lit(b, ",\"kind\":");
 	jnum(b, v.kind);
 	lit(b, ",\"startTimeUnixNano\":");
-	jquoted_num(b, v.start);
+	jquoted_time(b, v.start);
 	lit(b, ",\"endTimeUnixNano\":");
-	jquoted_num(b, v.end);
+	jquoted_time(b, v.end);
 	if (PyDict_GET_SIZE(v.attrs)) {
 		lit(b, ",\"attributes\":");
 		jattributes(b, v.attrs, dumps);
@@ -888,6 +931,7 @@ PyMODINIT_FUNC PyInit_otlp(void)
 		{&s_start_ns, "start_ns"},
 		{&s_end_ns, "end_ns"},
 		{&s_wall_ns, "wall_ns"},
+		{&s_wall_end_ns, "wall_end_ns"},
 		{&s_attributes, "attributes"},
 		{&s_status, "status"},
 		{&s_status_message, "status_message"},

@@ -14,7 +14,7 @@ import orjson
 from otel_ebpf import _fast
 from otel_ebpf.export.otlp_proto import by_resource, pair_cache_key
 from otel_ebpf.protocols.base import NeutralSpan, StatusCode
-from otel_ebpf.spans.convert import SCOPE, has_remote_parent, wall_end
+from otel_ebpf.spans.convert import SCOPE, event_wall, has_remote_parent
 
 # SpanFlags: the span knows whether its parent is remote, and whether it is
 _HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200
@@ -68,7 +68,6 @@ def _attributes(attributes: Mapping[str, Any] | None) -> orjson.Fragment:
 def span_json(span: NeutralSpan) -> dict[str, Any]:
     """The Span object of a ready NeutralSpan (spans/convert.py: ready), as the protobuf
     route writes it for the ReadableSpan made of it; the reference for the C writer."""
-    start = span.wall_ns
     out: dict[str, Any] = {"traceId": span.trace_id.hex(), "spanId": span.span_id.hex()}
     if span.trace_state:
         out["traceState"] = span.trace_state
@@ -78,13 +77,13 @@ def span_json(span: NeutralSpan) -> dict[str, Any]:
     out["flags"] = _HAS_IS_REMOTE | (_IS_REMOTE if has_remote_parent(span) else 0)
     out["name"] = span.name
     out["kind"] = int(span.kind)
-    out["startTimeUnixNano"] = str(start)
-    out["endTimeUnixNano"] = str(wall_end(span))
+    out["startTimeUnixNano"] = str(span.wall_ns)
+    out["endTimeUnixNano"] = str(span.wall_end_ns)
     if span.attributes:
         out["attributes"] = _attributes(span.attributes)
     if span.events:
         out["events"] = [
-            {"timeUnixNano": str(start + e.time_ns - span.start_ns), "name": e.name,
+            {"timeUnixNano": str(event_wall(span, e.time_ns)), "name": e.name,
              **({"attributes": _attributes(e.attributes)} if e.attributes else {})}
             for e in span.events
         ]

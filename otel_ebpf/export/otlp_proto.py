@@ -11,7 +11,7 @@ from typing import Any
 
 from otel_ebpf import _fast
 from otel_ebpf.protocols.base import NeutralSpan, StatusCode
-from otel_ebpf.spans.convert import SCOPE, has_remote_parent, wall_end
+from otel_ebpf.spans.convert import SCOPE, event_wall, has_remote_parent
 
 # SpanFlags: the span knows whether its parent is remote, and whether it is
 _HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200
@@ -95,7 +95,6 @@ def attributes(tag: bytes, attrs: Mapping[str, Any] | None) -> bytes:
 def span_proto(span: NeutralSpan) -> bytes:
     """The Span message of a ready NeutralSpan (spans/convert.py: ready), as the SDK's
     encoder writes it for the ReadableSpan made of it; the reference for the C writer."""
-    start = span.wall_ns
     parts = [b"\x0a\x10", span.trace_id, b"\x12\x08", span.span_id]
     if len(span.trace_id) != 16 or len(span.span_id) != 8:
         raise ValueError(f"span {span.name!r}: IDs not assigned")
@@ -107,13 +106,13 @@ def span_proto(span: NeutralSpan) -> bytes:
     parts += (
         _field(b"\x2a", span.name.encode()),
         b"\x30", _SMALL[span.kind],
-        b"\x39", _fixed64(start),
-        b"\x41", _fixed64(wall_end(span)),
+        b"\x39", _fixed64(span.wall_ns),
+        b"\x41", _fixed64(span.wall_end_ns),
         attributes(b"\x4a", span.attributes),
     )
     for event in span.events:
         parts.append(_field(b"\x5a", b"".join((
-            b"\x09", _fixed64(start + event.time_ns - span.start_ns),
+            b"\x09", _fixed64(event_wall(span, event.time_ns)),
             _field(b"\x12", event.name.encode()),
             attributes(b"\x1a", event.attributes)))))
     for link in span.links:

@@ -60,8 +60,8 @@ class TracePipeline:
         }
 
     def submit(self, spans: list[NeutralSpan]) -> None:
-        """Make spans ready (IDs, resource, wall-clock start) and queue them for every
-        exporter. Never blocks on a backend."""
+        """Make spans ready (IDs, resource, wall-clock start and end) and queue them for
+        every exporter. Never blocks on a backend."""
         if not spans or not self.queues:
             return
         assign_ids(spans)
@@ -76,6 +76,7 @@ class TracePipeline:
             # convert.ready(span, resource, clock) inline: a call per span
             span.resource = resource
             span.wall_ns = to_wall(span.start_ns)
+            span.wall_end_ns = to_wall(span.end_ns)
         for queue in self.queues.values():
             queue.put(spans)
 

@@ -1,4 +1,4 @@
-"""A NeutralSpan made ready for export (its process's Resource, its wall-clock start), and
+"""A NeutralSpan made ready for export (its process's Resource, its wall-clock times), and
 the SDK's ReadableSpan made from it for the exporters that take only those (otlphttp,
 console): the agent's own encoders (export/otlp_proto.py, otlp_json.py) read the ready
 NeutralSpan itself."""
@@ -65,16 +65,26 @@ def resource_for(attributes: Mapping[str, AttributeValue]) -> Resource:
 def ready(span: NeutralSpan, resource: Resource, clock: KernelClock) -> NeutralSpan:
     """Give the span what export needs beyond itself; returns the span.
 
-    The start is dated by the wall clock of its own moment; the end and the events keep
-    their kernel distance from it, so a wall-clock step inside a span cannot change its
-    duration."""
+    Its start and its end go through the clock's one mapping, so a span that lies inside
+    another on the kernel clock lies inside it in wall time too (export/pipeline.py does
+    the same inline)."""
     span.resource = resource
     span.wall_ns = clock.to_wall(span.start_ns)
+    span.wall_end_ns = clock.to_wall(span.end_ns)
     return span
 
 
-def wall_end(span: NeutralSpan) -> int:
-    return span.wall_ns + span.end_ns - span.start_ns
+def event_wall(span: NeutralSpan, time_ns: int) -> int:
+    """An event's wall time: placed between the span's wall start and end as its kernel
+    time lies between the kernel ones, and kept inside the span. The writers need nothing
+    but the span for it (the C one reads no clock), and where the mapping is a plain
+    shift over the span (its offset still, as it is but while a clock move is taken up)
+    this is the mapping's own value."""
+    start, end = span.start_ns, span.end_ns
+    if end == start:
+        return span.wall_ns
+    at = min(max(time_ns, start), end)
+    return span.wall_ns + (span.wall_end_ns - span.wall_ns) * (at - start) // (end - start)
 
 
 def has_remote_parent(span: NeutralSpan) -> bool:
@@ -98,7 +108,6 @@ def to_readable(span: NeutralSpan) -> ReadableSpan:
     status_code = _STATUS[span.status]
     # the SDK ignores (and warns about) a description on anything but ERROR
     description = (span.status_message or None) if status_code is ApiStatusCode.ERROR else None
-    start = span.wall_ns
     return ReadableSpan(
         name=span.name,
         context=context,
@@ -106,7 +115,7 @@ def to_readable(span: NeutralSpan) -> ReadableSpan:
         resource=span.resource,
         attributes=span.attributes,
         events=[
-            Event(e.name, dict(e.attributes), start + e.time_ns - span.start_ns) for e in span.events
+            Event(e.name, dict(e.attributes), event_wall(span, e.time_ns)) for e in span.events
         ],
         links=[
             Link(SpanContext(int.from_bytes(link.trace_id, "big"),
@@ -116,7 +125,7 @@ def to_readable(span: NeutralSpan) -> ReadableSpan:
         ],
         kind=_KINDS[span.kind],
         status=Status(status_code, description),
-        start_time=start,
-        end_time=wall_end(span),
+        start_time=span.wall_ns,
+        end_time=span.wall_end_ns,
         instrumentation_scope=SCOPE,
     )

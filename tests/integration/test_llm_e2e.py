@@ -95,7 +95,7 @@ def test_openai_client_chat_calls_give_genai_spans_with_wire_ttft(start_agent, l
             assert client.attrs["gen_ai.request.max_tokens"] == 64
         assert server.resource["service.name"] == "vllm-sim"
         # the server's span is inside the client's
-        assert client.start <= server.start and server.end <= client.end + 200_000
+        assert client.start <= server.start and server.end <= client.end
     assert agent.stop() == 0
     # the client's and the server's connections were captured wide (an LLM request)
     assert read_metrics(agent.traces)["otel_ebpf.kernel.widened"] >= 2

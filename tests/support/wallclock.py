@@ -3,9 +3,10 @@
 A test compares the wall times a client read (time.time_ns) with the span times the agent
 derived from kernel monotonic time. A virtual machine's host may step or slew the wall
 clock (5 ms per second was measured on our machines, more while a new machine catches
-up); the agent dates each span by the wall clock of its own moment, but between two of its
-samples it can only interpolate. Tests allow what the clock itself moved, no more: on a
-quiet clock they are as strict as their fixed allowance.
+up); the agent's mapping follows it a sample behind and takes up a step gradually, so
+while the clock moves its span times lie between the old and the new wall time. Tests
+allow what the clock itself moved, no more: on a quiet clock they are as strict as their
+fixed allowance.
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ from otel_ebpf.protocols.base import (
     StatusCode,
 )
 
-from otel_ebpf.spans.clock import KernelClock
+from otel_ebpf.spans.clock import MIN_SAMPLE_GAP_NS, KernelClock
 from otel_ebpf.spans.convert import ready, resource_for, to_readable
+from tests.support.host_clock import HostClock
 
 CONN = ConnInfo(pid=7, fd=3, generation=1, role=Role.SERVER, transport="stream", family="ipv4")
 
@@ -31,9 +32,19 @@ def neutral_span(i: int, kind: SpanKind, **kw) -> NeutralSpan:
         trace_id=bytes(range(1, 17)), span_id=bytes([i + 1] * 8), **kw)
 
 
-def sample_spans() -> list[NeutralSpan]:
+def stepping_clock() -> KernelClock:
+    """A clock absorbing a 1 s step of the wall clock from monotonic 0 on: over the
+    sample spans the mapping is no plain shift, and their ends and events show it."""
+    host = HostClock(mono=-MIN_SAMPLE_GAP_NS)
+    clock = host.clock()
+    host.mono, host.offset = 0, host.offset + 1_000_000_000
+    clock.refresh()
+    return clock
+
+
+def sample_spans(clock: KernelClock | None = None) -> list[NeutralSpan]:
     """Two processes (resources), every span kind, parents, an error, events, links."""
-    clock = KernelClock()
+    clock = clock or stepping_clock()
     resources = [resource_for({"service.name": "a", "process.pid": 1}),
                  resource_for({"service.name": "b", "process.pid": 2, "tags": ["x", "y"]})]
     spans = [

@@ -199,7 +199,7 @@ def spans_of(events: list) -> list:
 
 
 # set later, by the export pipeline: not what parsing and correlation made
-EXPORT_FIELDS = frozenset({"resource", "wall_ns", "trace_state"})
+EXPORT_FIELDS = frozenset({"resource", "wall_ns", "wall_end_ns", "trace_state"})
 
 
 def plain(spans: list) -> list:

@@ -84,6 +84,43 @@ def test_random_spans_byte_for_byte(monkeypatch, attrs, name, kind, status, mess
         assert fast == slow
 
 
+# times of any size the fields may hold: past 2^62 (where kernel and wall times added in
+# signed 64 bits overflowed), past 64 bits, negative; events before, in and after the span
+times = st.one_of(st.integers(0, 2**64 - 1), st.integers(2**62, 2**64 - 1),
+                  st.integers(-(2**63), 2**65))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(kernel=st.tuples(times, times), wall=st.tuples(times, times),
+       events=st.lists(times, max_size=3))
+def test_any_times_byte_for_byte(monkeypatch, kernel, wall, events):
+    span = sample_spans()[2]
+    span.start_ns, span.end_ns = kernel
+    span.wall_ns, span.wall_end_ns = wall
+    span.events = [SpanEvent("e", t) for t in events]
+    for encode in ENCODERS:
+        try:
+            slow = encode([span])
+        except struct_error():  # a time a fixed64 cannot hold: C leaves it to Python
+            with pytest.raises(struct_error()):
+                _both([span], monkeypatch, encode)
+            continue
+        fast, slow = _both([span], monkeypatch, encode)
+        assert fast == slow
+
+
+@pytest.mark.parametrize("encode", ENCODERS)
+def test_times_past_2_to_the_62_are_written_in_c(monkeypatch, encode):
+    span = sample_spans()[2]  # with events
+    span.start_ns, span.end_ns = 2**63 - 10, 2**64 - 1
+    span.wall_ns, span.wall_end_ns = 2**63 + 2**62, 2**64 - 1
+    assert _fast.otlp.span(span) is not None
+    assert _fast.otlp.span_json(span, orjson.dumps) is not None
+    fast, slow = _both([span], monkeypatch, encode)
+    assert fast == slow
+
+
 def struct_error() -> type[Exception]:
     import struct  # noqa: PLC0415
     return struct.error
