@@ -147,6 +147,12 @@ class Correlator:
         self.requests: OrderedDict[tuple[tuple[int, int, int], int], Request] = OrderedDict()
         self.clients: OrderedDict[WireKey, Request] = OrderedDict()  # awaiting their server
         self.waiting: OrderedDict[WireKey, Request] = OrderedDict()  # servers awaiting client
+        # with context propagation on (correlate/propagation.py): a server request from a
+        # peer that is not this host's loopback waits up to this long for the context its
+        # client's host sends, past the window (that host may have waited the window itself
+        # for the trace of the request the call was made for), here once the window passed
+        self.remote_window_ns = window_ns
+        self.waiting_remote: OrderedDict[WireKey, Request] = OrderedDict()
         # server requests by pid, by identity: one leaves in O(1) when its span comes
         self.open: defaultdict[int, dict[int, Request]] = defaultdict(dict)
         # server requests whose response has not begun, by connection: a response finds its
@@ -403,12 +409,24 @@ class Correlator:
         """Give up waiting where the window has passed; release what that settles."""
         now_ns = _now() if now_ns is None else now_ns
         deadline = now_ns - self.window_ns
+        longer = self.remote_window_ns > self.window_ns
         while self.waiting:
             key, server = next(iter(self.waiting.items()))
             if server.seen_ns > deadline:
                 break
             del self.waiting[key]
+            if longer and not _loopback(key[0]):
+                self.waiting_remote[key] = server
+                continue
             # no client end here: the other host's agent derives the same IDs
+            server.remote_parent, server.evidence = derived_ids(key), "derived"
+            server.decided = True
+        deadline = now_ns - self.remote_window_ns
+        while self.waiting_remote:
+            key, server = next(iter(self.waiting_remote.items()))
+            if server.seen_ns > deadline:
+                break
+            del self.waiting_remote[key]
             server.remote_parent, server.evidence = derived_ids(key), "derived"
             server.decided = True
         retention = now_ns - max(CLIENT_RETENTION_NS, self.window_ns)
@@ -420,10 +438,11 @@ class Correlator:
 
     def flush(self) -> list[NeutralSpan]:
         """At shutdown: settle everything with what is known."""
-        for key, server in self.waiting.items():
-            server.remote_parent, server.evidence = derived_ids(key), "derived"
-            server.decided = True
-        self.waiting.clear()
+        for waiting in (self.waiting, self.waiting_remote):
+            for key, server in waiting.items():
+                server.remote_parent, server.evidence = derived_ids(key), "derived"
+                server.decided = True
+            waiting.clear()
         return self._release(force=True)
 
     def _release(self, force: bool) -> list[NeutralSpan]:
@@ -468,6 +487,11 @@ class Correlator:
             trace_id, span_id = derived_ids(req.wire_key)
             span.links.append(SpanLink(trace_id, span_id, {ATTRIBUTE: "derived"}))
         return True
+
+
+def _loopback(address: str) -> bool:
+    """Whether a request's client address is this host's loopback (or a Unix socket)."""
+    return address.startswith("127.") or address in ("::1", "") or address.startswith("/")
 
 
 def _trace_of(req: Request) -> bytes | None:

@@ -1,0 +1,135 @@
+"""Two hosts' correlators joined by what the TCP option carries: the client host's
+Propagation says which contexts to send, the server host's takes them; the server's span
+becomes a child of the client span in the client's trace."""
+
+from __future__ import annotations
+
+from otel_ebpf.correlate.joiner import Correlator, derived_ids
+from otel_ebpf.correlate.propagation import EVIDENCE, Propagation
+from otel_ebpf.protocols.base import ConnInfo, Direction, Frame, NeutralSpan, Role, SpanKind
+from otel_ebpf.telemetry import Stats
+
+A, B = "10.244.1.2", "10.244.2.3"  # the gateway's host, the model server's host
+
+
+def conn(pid: int, fd: int, role: Role, local: str, lport: int, remote: str, rport: int
+         ) -> ConnInfo:
+    return ConnInfo(pid=pid, fd=fd, generation=1, role=role, transport="stream", family="ipv4",
+                    local_addr=local, local_port=lport, remote_addr=remote, remote_port=rport)
+
+
+def frame(direction: Direction, start: int, end: int, tid: int, seq: int, task: int = 0
+          ) -> Frame:
+    f = Frame(direction=direction, start_ns=start, end_ns=end, tid=tid, tcp_seq=seq,
+              stream_pos=0)
+    f.task = task
+    return f
+
+
+def span(c: ConnInfo) -> NeutralSpan:
+    kind = SpanKind.CLIENT if c.role == Role.CLIENT else SpanKind.SERVER
+    return NeutralSpan(name="POST", kind=kind, start_ns=0, end_ns=1, conn=c, request_pos=0)
+
+
+INGRESS, EGRESS = Direction.INGRESS, Direction.EGRESS
+GATEWAY_IN = conn(1, 4, Role.SERVER, A, 8000, "127.0.0.1", 40000)  # from a local caller
+CALLER = conn(3, 3, Role.CLIENT, "127.0.0.1", 40000, A, 8000)  # traced: the wire decides
+GATEWAY_OUT = conn(1, 5, Role.CLIENT, A, 41000, B, 8000)
+MODEL_IN = conn(2, 7, Role.SERVER, B, 8000, A, 41000)
+SEQ = 123_456
+
+
+def _gateway() -> tuple[Correlator, Propagation, NeutralSpan, NeutralSpan]:
+    """Host A: a request comes in and, on its thread, a call goes out to host B."""
+    c = Correlator(Stats())
+    p = Propagation(c)
+    c.on_frames([(CALLER, frame(EGRESS, 5, 6, tid=1, seq=1)),
+                 (GATEWAY_IN, frame(INGRESS, 10, 20, tid=9, seq=1)),
+                 (GATEWAY_OUT, frame(EGRESS, 30, 31, tid=9, seq=SEQ))], now_ns=0)
+    return c, p, span(GATEWAY_IN), span(GATEWAY_OUT)
+
+
+def test_the_server_host_joins_the_client_hosts_trace():
+    gw, gw_prop, inbound, outbound = _gateway()
+    sent = gw_prop.outgoing()
+    assert [o.key for o in sent] == [(A, 41000, B, 8000, SEQ)]
+    assert gw_prop.outgoing() == []  # each request once
+    model = Correlator(Stats())
+    model_prop = Propagation(model)
+    model.on_frames([(MODEL_IN, frame(INGRESS, 40, 50, tid=3, seq=SEQ))], now_ns=0)
+    served = span(MODEL_IN)
+    assert model.on_spans([served], now_ns=0) == []  # waits for its client end
+    model_prop.incoming([(o.key, o.trace_id, o.sampled) for o in sent])
+    ready = gw.on_spans([outbound, inbound], now_ns=0) + model.on_spans([], now_ns=0)
+    gw.flush()
+    assert served in ready
+    assert outbound.trace_id == inbound.trace_id == served.trace_id
+    assert outbound.span_id == derived_ids((A, 41000, B, 8000, SEQ))[1]
+    assert served.parent_span_id == outbound.span_id
+    assert outbound.parent_span_id == inbound.span_id
+    assert served.attributes["otel_ebpf.correlation"] == EVIDENCE
+    assert not outbound.links  # one trace: no link to a derived pair
+
+
+def test_a_context_that_overtakes_the_servers_read_waits_for_it():
+    gw, gw_prop, _, _ = _gateway()
+    sent = gw_prop.outgoing()
+    model = Correlator(Stats())
+    model_prop = Propagation(model)
+    model_prop.incoming([(o.key, o.trace_id, o.sampled) for o in sent])
+    model.on_frames([(MODEL_IN, frame(INGRESS, 40, 50, tid=3, seq=SEQ))], now_ns=0)
+    model_prop.resolve()
+    served = span(MODEL_IN)
+    assert model.on_spans([served], now_ns=0) == [served]
+    assert served.trace_id == sent[0].trace_id
+
+
+def test_a_call_whose_parent_still_waits_is_sent_once_its_trace_is_known():
+    """A middle hop: its server request waits for its own caller's context; the call it
+    makes meanwhile is sent when that context arrives, in that trace."""
+    hop = Correlator(Stats())
+    prop = Propagation(hop)
+    hop_in = conn(2, 7, Role.SERVER, B, 8000, A, 41000)
+    hop_out = conn(2, 8, Role.CLIENT, B, 42000, "10.244.3.4", 9000)
+    hop.on_frames([(hop_in, frame(INGRESS, 40, 50, tid=3, seq=SEQ)),
+                   (hop_out, frame(EGRESS, 60, 61, tid=3, seq=777))], now_ns=0)
+    assert prop.outgoing() == []  # the caller's trace is not known here yet
+    upstream_trace = bytes(range(16))
+    prop.incoming([((A, 41000, B, 8000, SEQ), upstream_trace, True)])
+    out = prop.outgoing()
+    assert [(o.key, o.trace_id) for o in out] == [((B, 42000, "10.244.3.4", 9000, 777),
+                                                   upstream_trace)]
+
+
+def test_loopback_calls_and_calls_answered_here_send_nothing():
+    c = Correlator(Stats())
+    p = Propagation(c)
+    local_out = conn(1, 5, Role.CLIENT, "127.0.0.1", 41000, "127.0.0.1", 8000)
+    c.on_frames([(local_out, frame(EGRESS, 30, 31, tid=9, seq=5))], now_ns=0)
+    assert p.outgoing() == []
+    # a call to another address whose server end this host sees (both ends traced here)
+    out = conn(1, 6, Role.CLIENT, A, 41001, B, 8000)
+    there = conn(2, 7, Role.SERVER, B, 8000, A, 41001)
+    c.on_frames([(out, frame(EGRESS, 30, 31, tid=9, seq=6)),
+                 (there, frame(INGRESS, 32, 33, tid=3, seq=6))], now_ns=0)
+    assert p.outgoing() == []
+
+
+def test_a_remote_callers_request_waits_twice_the_window_then_derives():
+    """The caller's host may itself wait the window for the trace of the request its call
+    was made for: a request from another host waits twice the window for its context; one
+    from this host's loopback only the window."""
+    window = 2_000_000_000
+    c = Correlator(Stats(), window_ns=window)
+    Propagation(c)
+    local_in = conn(2, 8, Role.SERVER, "127.0.0.1", 8000, "127.0.0.1", 41001)
+    c.on_frames([(MODEL_IN, frame(INGRESS, 40, 50, tid=3, seq=SEQ)),
+                 (local_in, frame(INGRESS, 40, 50, tid=3, seq=99))], now_ns=0)
+    remote, local = span(MODEL_IN), span(local_in)
+    assert c.on_spans([remote, local], now_ns=0) == []
+    assert c.expire(now_ns=window + 1) == [local]  # derived after the window
+    assert local.attributes["otel_ebpf.correlation"] == "derived"
+    assert c.expire(now_ns=2 * window) == []
+    assert c.expire(now_ns=2 * window + 1) == [remote]
+    assert remote.attributes["otel_ebpf.correlation"] == "derived"
+    assert remote.trace_id == derived_ids((A, 41000, B, 8000, SEQ))[0]
