@@ -129,7 +129,7 @@ def test_a_remote_callers_request_waits_twice_the_window_then_derives():
     assert c.on_spans([remote, local], now_ns=0) == []
     assert c.expire(now_ns=window + 1) == [local]  # derived after the window
     assert local.attributes["otel_ebpf.correlation"] == "derived"
-    assert c.expire(now_ns=2 * window) == []
-    assert c.expire(now_ns=2 * window + 1) == [remote]
+    assert c.expire(now_ns=2 * window - 1) == []
+    assert c.expire(now_ns=2 * window) == [remote]
     assert remote.attributes["otel_ebpf.correlation"] == "derived"
     assert remote.trace_id == derived_ids((A, 41000, B, 8000, SEQ))[0]
