@@ -204,8 +204,11 @@ def test_stale_sockets_beyond_the_bound_are_closed():
     assert list(lookup.channels) == [3, 4]
 
 
-# a lookup in a process run without CAP_SYS_ADMIN and CAP_NET_ADMIN (capsh --drop): what the
-# agent does in a pod given only its default capabilities
+# a lookup in a process run with only the capabilities the Helm chart gives the agent
+# (deploy/helm/otel-ebpf/values.yaml): no CAP_NET_ADMIN, no CAP_SYS_ADMIN, no
+# CAP_DAC_OVERRIDE; every other capability is dropped from the bounding set (capsh --drop)
+CHART_CAPABILITIES = {"cap_bpf", "cap_perfmon", "cap_sys_ptrace", "cap_dac_read_search",
+                      "cap_sys_resource"}
 WITHOUT_CAPS = """
 import json, logging, sys
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
@@ -224,15 +227,20 @@ print(json.dumps({dict(k[1])["result"]: v for k, v in stats.snapshot().items()})
 
 
 @pytest.mark.kernel
-def test_without_the_capabilities_auto_reads_procfs_and_netlink_fails(connections):
+def test_with_the_charts_capabilities_auto_reads_procfs_and_netlink_fails(connections):
     if subprocess.run(["sh", "-c", "command -v capsh"], capture_output=True).returncode:
         pytest.fail("capsh not installed (make deps: libcap2-bin)")
+    bounding = next(line for line in subprocess.run(
+        ["capsh", "--print"], capture_output=True, text=True, check=True).stdout.splitlines()
+        if line.startswith("Bounding set ="))
+    drop = sorted(set(bounding.split("=", 1)[1].split(",")) - CHART_CAPABILITIES)
+    assert "cap_net_admin" in drop and "cap_sys_admin" in drop
     client, pairs = connections
     (vip, vip_seen) = pairs[0]
     answers = {}
     for method in ("auto", "netlink"):
         out = subprocess.run(
-            ["capsh", "--drop=cap_sys_admin,cap_net_admin", "--", "-c",
+            ["capsh", f"--drop={','.join(drop)}", "--", "-c",
              '"$0" -c "$1" "$2" "$3"', sys.executable, WITHOUT_CAPS,
              json.dumps([client.pid, *vip]), method],
             capture_output=True, text=True, timeout=60, cwd=REPO,
