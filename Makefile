@@ -37,7 +37,10 @@ DEMO_VENV := .venv-demo
 PHOENIX := arize-phoenix==20.26.1
 TORCH_WHEELS := --find-links /opt/wheels --find-links /opt/pypi/files --find-links /opt/pypi-more/files
 PY := $(VENV)/bin/python
-APT_PACKAGES := clang llvm binutils libbpf-dev libbpf1 bpftool libelf-dev libelf1 libssl-dev make curl libcap2-bin util-linux python3-venv wrk libibverbs-dev postgresql redis-server linux-perf
+# iproute2 and nftables: the two-node harness (tests/support/nodes.py) makes network
+# namespaces joined by a veth pair and a Service's DNAT the way kube-proxy's nftables mode
+# writes it; libcap2-bin's capsh runs a conntrack lookup without capabilities
+APT_PACKAGES := clang llvm binutils libbpf-dev libbpf1 bpftool libelf-dev libelf1 libssl-dev make curl libcap2-bin util-linux python3-venv wrk libibverbs-dev postgresql redis-server linux-perf iproute2 nftables
 CONFIG ?= config/default.yaml
 PYTEST_ARGS ?=
 

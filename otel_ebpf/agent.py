@@ -13,6 +13,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from otel_ebpf.config import SIGNALS, Config
+from otel_ebpf.conntrack.nat import NatLookup
 from otel_ebpf.conntrack.table import ConnTable
 from otel_ebpf.correlate import Correlator, assign_ids
 from otel_ebpf.correlate.sampling import HeadSampler
@@ -136,8 +137,10 @@ class Agent:
         self.registry = Registry.from_config(r.protocols_enabled, r.plugin_options())
         self.correlator = Correlator(self.stats, int(r.correlation_window_s * 1e9),
                                      r.correlation_headers, max_requests=r.max_connections * 4)
+        # conntrack, for client connections through NAT (correlation.nat)
+        self.nat = NatLookup(self.stats) if r.correlation_nat else None
         self.table = ConnTable(self.registry, self.stats, r.max_connections,
-                               int(r.idle_timeout_s * 1e9))
+                               int(r.idle_timeout_s * 1e9), nat=self.nat)
         span_exporters = build_span_exporters(cfg.exporters_for("traces"))
         metric_exporters = build_metric_exporters(cfg.exporters_for("metrics"))
         _log_disabled(span_exporters, metric_exporters)
@@ -278,6 +281,8 @@ class Agent:
                 now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
                 self._emit(self.correlator.on_spans(self.table.sweep(now), now))
                 self._update_kernel_counters()
+                if self.nat is not None:
+                    self.nat.sweep()
         # drain what the kernel still holds, then close every connection
         self._emit(self._handle(self.tracer.poll(0)))
         self._emit(self.correlator.on_spans(self.table.close_all()))
@@ -396,6 +401,8 @@ class Agent:
             self._update_kernel_counters()
             self.tracer.close()
             self.tracer = None
+        if self.nat is not None:
+            self.nat.close()
         if self.pods is not None:
             self.pods.stop()
         self.traces.shutdown()

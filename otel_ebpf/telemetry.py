@@ -34,6 +34,9 @@ COUNTERS: dict[str, tuple[str, str]] = {
     "correlation.decided": ("{span}", "Spans whose trace and parent were decided, by evidence"),
     "correlation.ambiguous": ("{span}", "Outbound calls left a root: several requests could be the parent"),
     "correlation.evicted": ("{request}", "Requests forgotten before their span came (table full)"),
+    "nat.lookups": ("{connection}", "Client connections looked up in conntrack, by result "
+                    "(translated: NAT changed it, untranslated, absent: no entry, failed, "
+                    "skipped: over the lookups a second)"),
     "spans.produced": ("{span}", "Spans built from records"),
     "spans.exported": ("{span}", "Spans an exporter delivered"),
     "spans.failed": ("{span}", "Spans an exporter gave up on after retries"),

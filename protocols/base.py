@@ -90,6 +90,11 @@ class ConnInfo:
     remote_port: int = 0
     comm: str = ""  # kernel command name (15 chars) of the process at open
     tls: bool = False  # the bytes parsed are TLS plaintext (OpenSSL uprobes)
+    # a client connection that NAT between here and its server changed (a Kubernetes
+    # Service's DNAT, an SNAT): (client address, client port, server address, server port)
+    # as the server sees them, read from conntrack (otel_ebpf/conntrack/nat.py); None when
+    # nothing translated it, or nobody looked
+    nat: tuple[str, int, str, int] | None = None
 
     @property
     def key(self) -> tuple[int, int, int]:

@@ -73,7 +73,23 @@ def network_attributes(conn: ConnInfo, protocol: str | None = None,
         out["network.peer.address"] = address
     if port:
         out["network.peer.port"] = port
+    if conn.nat is not None:
+        nat_attributes(conn, out)
     return out
+
+
+def nat_attributes(conn: ConnInfo, attrs: Attributes) -> None:
+    """Where NAT took a client's connection (conn.nat): the server behind it (a Service's
+    pod), and this end as the server saw it when it was rewritten too (SNAT). The semantic
+    conventions have no attribute for a client's translated peer: network.peer.* stays the
+    socket's peer (what an SDK reports: the Service), server.address the name asked for, and
+    destination.* is for exchanges without a client and a server."""
+    client_addr, client_port, server_addr, server_port = conn.nat  # type: ignore[misc]
+    attrs["otel_ebpf.nat.peer.address"] = server_addr
+    attrs["otel_ebpf.nat.peer.port"] = server_port
+    if (client_addr, client_port) != (conn.local_addr, conn.local_port):
+        attrs["otel_ebpf.nat.local.address"] = client_addr
+        attrs["otel_ebpf.nat.local.port"] = client_port
 
 
 def server_attributes(conn: ConnInfo, host: str = "", attrs: Attributes | None = None

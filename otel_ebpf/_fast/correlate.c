@@ -34,10 +34,11 @@ static PyObject *a_requests, *a_clients, *a_waiting, *a_open, *a_unanswered, *a_
 	*a_held, *a_decided;
 
 enum { I_PID, I_FD, I_GEN, I_ROLE, I_TRANSPORT, I_FAMILY, I_LADDR, I_LPORT, I_RADDR, I_RPORT,
-       I_N };
+       I_NAT, I_N };
 static struct slot info_slots[I_N] = {
 	{"pid"},	{"fd"},		{"generation"},	 {"role"},	  {"transport"},
-	{"family"},	{"local_addr"}, {"local_port"},	 {"remote_addr"}, {"remote_port"}};
+	{"family"},	{"local_addr"}, {"local_port"},	 {"remote_addr"}, {"remote_port"},
+	{"nat"}};
 enum { F_DIRECTION, F_START, F_END, F_POS, F_SEQ, F_TID, F_TASK, F_EXCHANGE, F_CARRIER, F_N };
 static struct slot frame_slots[F_N] = {
 	{"direction"}, {"start_ns"}, {"end_ns"},   {"stream_pos"}, {"tcp_seq"},
@@ -374,6 +375,12 @@ static int frame_step(PyObject *c, struct tables *t, PyObject *conn, PyObject *f
 		wire = Py_NewRef(Py_None);
 	} else if (role == server) {
 		wire = PyTuple_Pack(5, v[I_RADDR], v[I_RPORT], v[I_LADDR], v[I_LPORT], f[F_SEQ]);
+	} else if (v[I_NAT] != Py_None) { /* the connection as the server sees it (NAT) */
+		PyObject *nat = v[I_NAT];
+		if (!PyTuple_CheckExact(nat) || PyTuple_GET_SIZE(nat) != 4)
+			goto out; /* the reference's */
+		wire = PyTuple_Pack(5, PyTuple_GET_ITEM(nat, 0), PyTuple_GET_ITEM(nat, 1),
+				    PyTuple_GET_ITEM(nat, 2), PyTuple_GET_ITEM(nat, 3), f[F_SEQ]);
 	} else {
 		wire = PyTuple_Pack(5, v[I_LADDR], v[I_LPORT], v[I_RADDR], v[I_RPORT], f[F_SEQ]);
 	}

@@ -97,6 +97,7 @@ class EbpfReceiver:
     correlation_headers: tuple[str, ...] = _key("correlation", "headers", convert=_lower_tuple)
     correlation_asyncio_tasks: bool = _key("correlation", "asyncio_tasks")
     correlation_leaf_copies: int = _key("correlation", "leaf_copies")
+    correlation_nat: bool = _key("correlation", "nat")
     tls_openssl: bool = _key("tls", "openssl")
     profiling_frequency: int = _key("profiling", "frequency")
     profiling_interval_s: float = _key("profiling", "interval")

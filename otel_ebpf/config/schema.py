@@ -88,6 +88,9 @@ _RECEIVER = _Map(
                 # a process that copies this many Contexts and never calls out loses its
                 # Context probes (0: never)
                 "leaf_copies": _Int(0, 1 << 30, 1000),
+                # client connections through NAT (a Service's VIP) are looked up in conntrack,
+                # so that their derived IDs are the server's (conntrack/nat.py)
+                "nat": _Bool(True),
             }
         ),
         "tls": _Map({"openssl": _Bool(True)}),

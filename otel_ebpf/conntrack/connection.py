@@ -4,7 +4,7 @@ frames it returns, and hands finished records to the parser's span builder."""
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from otel_ebpf import _fast
 from otel_ebpf.protocols.base import (
@@ -23,6 +23,9 @@ from otel_ebpf.protocols.registry import Registry
 from otel_ebpf.telemetry import Stats
 
 from .stream import Chunk, Stream
+
+if TYPE_CHECKING:
+    from .nat import NatLookup
 
 _tuple_new = tuple.__new__
 INFER_ATTEMPTS = 16  # data events per connection offered to inference before giving up
@@ -68,14 +71,18 @@ class Connection:
     __slots__ = (
         "info", "parser", "state", "streams", "frame_start", "resync", "pending",
         "infer_attempts", "unparsed", "last_ns", "tcp", "frames_out", "muted", "whole",
-        "pairs",
+        "pairs", "nat_lookup",
     )
     # (streams, frame_start, resync, pending, infer_attempts, unparsed: see _start_parsing)
 
     def __init__(self, info: ConnInfo, tcp: bool,
-                 frames_out: list[tuple[ConnInfo, Frame]] | None = None) -> None:
+                 frames_out: list[tuple[ConnInfo, Frame]] | None = None,
+                 nat_lookup: NatLookup | None = None) -> None:
         self.info = info
         self.tcp = tcp
+        # asked once, when a parser finds the traced process to be this connection's client:
+        # the connection as its server sees it, where NAT changed it (info.nat)
+        self.nat_lookup = nat_lookup
         # finished frames go here as they complete, before any span: correlate/ decides a
         # request's trace and parent from what was open when it was made
         self.frames_out = frames_out
@@ -99,8 +106,11 @@ class Connection:
 
     def adopt(self, parser: ProtocolParser, role: Role) -> None:
         """Parse this connection with `parser`, the traced process having `role`."""
-        if role != self.info.role:
-            self.info = dataclasses.replace(self.info, role=role)
+        nat = None
+        if role == Role.CLIENT and self.nat_lookup is not None:
+            nat, self.nat_lookup = self.nat_lookup.server_view(self.info), None
+        if role != self.info.role or nat is not None:
+            self.info = dataclasses.replace(self.info, role=role, nat=nat or self.info.nat)
         self.parser = parser
         self.state = parser.new_state(self.info)
         self.state.time_at = self._time_at

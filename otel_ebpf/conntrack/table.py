@@ -12,6 +12,8 @@ from otel_ebpf.protocols.registry import Registry
 from otel_ebpf.telemetry import Stats
 
 from .connection import MAX_PARSE_STEPS, Connection, FrameStart, compiled_data
+from .nat import NatLookup
+from .nat import wanted as nat_wanted
 
 Key = tuple[int, int, int]
 _tuple_new = tuple.__new__  # a named tuple of every field, without its __new__'s Python frame
@@ -68,9 +70,12 @@ class ConnTable:
     """Connections by (pid, fd, generation); the least recently active is evicted first."""
 
     def __init__(
-        self, registry: Registry, stats: Stats, max_connections: int, idle_timeout_ns: int
+        self, registry: Registry, stats: Stats, max_connections: int, idle_timeout_ns: int,
+        nat: NatLookup | None = None,
     ) -> None:
         self.registry = registry
+        # conntrack, for client connections that may go through NAT (a Service's VIP)
+        self.nat = nat
         self.stats = stats
         self.max_connections = max_connections
         self.idle_timeout_ns = idle_timeout_ns
@@ -147,8 +152,11 @@ class ConnTable:
             elif type(ev) is abi.ConnOpen:
                 if ev.key in self.conns:
                     continue
-                self._open(Connection(conn_info(ev), tcp=bool(ev.flags & abi.CONN_F_TCP),
-                                      frames_out=self.observed))
+                info = conn_info(ev)
+                tcp = bool(ev.flags & abi.CONN_F_TCP)
+                nat = self.nat if tcp and ev.role == Role.CLIENT and self.nat is not None \
+                    and nat_wanted(info) else None
+                self._open(Connection(info, tcp=tcp, frames_out=self.observed, nat_lookup=nat))
             elif type(ev) is abi.ConnClose:
                 spans += self._close(ev.key)
             elif type(ev) is abi.ProcessExit:

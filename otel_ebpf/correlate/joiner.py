@@ -205,11 +205,14 @@ class Correlator:
         conn_key = (conn.pid, conn.fd, conn.generation)
         seq = frame.tcp_seq
         # the wire identity both ends compute: client address and port, server address and
-        # port, TCP sequence number of the request's first byte (None: not known)
+        # port, TCP sequence number of the request's first byte (None: not known), as the
+        # server sees them: a client through NAT (a Service's VIP) uses conntrack's view
         if seq is None or not conn.remote_port:
             key = None
         elif role == _SERVER:
             key = (conn.remote_addr, conn.remote_port, conn.local_addr, conn.local_port, seq)
+        elif (nat := conn.nat) is not None:
+            key = (nat[0], nat[1], nat[2], nat[3], seq)
         else:
             key = (conn.local_addr, conn.local_port, conn.remote_addr, conn.remote_port, seq)
         carrier = frame.carrier

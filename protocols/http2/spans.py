@@ -15,6 +15,7 @@ from ..base import (
     StatusCode,
     positional_maker,
 )
+from ..common import nat_attributes
 from ..http1.spans import (
     _authority,
     _connection,
@@ -123,6 +124,8 @@ def _server_address(request: H2Request, conn: ConnInfo, kind: SpanKind, attrs: A
         attrs["server.address"] = host or conn.remote_addr
         if conn.remote_port:
             attrs["server.port"] = conn.remote_port
+        if conn.nat is not None:
+            nat_attributes(conn, attrs)
         return
     if host:
         attrs["server.address"] = host

@@ -9,7 +9,8 @@ keep-alive and several requests open on a connection, several server requests op
 process (thread, sole-request and ambiguous parents), asyncio tasks born from reads,
 traceparent and x-request-id carriers (valid and not), datagram and pipe connections,
 unknown roles, unknown sequence numbers, message spans, spans of requests never seen,
-HTTP/1 frames (a Frame subclass), the waiting window's expiry and table evictions."""
+HTTP/1 frames (a Frame subclass), clients through NAT (their conntrack view, valid and
+not), the waiting window's expiry and table evictions."""
 
 from __future__ import annotations
 
@@ -54,12 +55,23 @@ def traffic(seed: int) -> list[tuple[str, list, int]]:
             family = "pipe"
         remote = 0 if rng.random() < 0.05 else 1
         crole = Role.UNKNOWN if rng.random() < 0.05 else Role.CLIENT
+        # through a Service: the client's socket names the VIP, conntrack the server (and
+        # with an SNAT, another client port); rarely a malformed answer (the reference's)
+        through = rng.random()
+        seen_port = cport + 1000 if through < 0.1 else cport
+        nat = None
+        if through < 0.25:
+            nat = ("10.0.0.1", seen_port, "10.0.0.2", sport)
+            if through < 0.03:
+                nat = list(nat)
         client = ConnInfo(pid=cpid, fd=10 + n, generation=1, role=crole, transport=transport,
                           family=family, local_addr="10.0.0.1", local_port=cport,
-                          remote_addr="10.0.0.2", remote_port=sport * remote)
+                          remote_addr="10.0.0.2" if nat is None else "10.96.0.1",
+                          remote_port=(sport if nat is None else 80) * remote, nat=nat)
         server = ConnInfo(pid=spid, fd=20 + n, generation=1, role=Role.SERVER,
                           transport=transport, family=family, local_addr="10.0.0.2",
-                          local_port=sport, remote_addr="10.0.0.1", remote_port=cport * remote)
+                          local_port=sport, remote_addr="10.0.0.1",
+                          remote_port=seen_port * remote)
         seen = rng.choice(["both", "both", "both", "client", "server"])
         pairs.append((client, server, seen, [0, 0], rng.randrange(1 << 32)))
 
@@ -227,3 +239,27 @@ def test_the_drawn_traffic_reaches_every_evidence():
     # the C step took most frames and spans itself, and handed some to the reference
     assert 0 < handed["_frame"] < handed["frames"] / 2, handed
     assert 0 < handed["_span"] < handed["spans"] / 2, handed
+
+
+@pytest.mark.parametrize("nat", [("10.0.0.1", 6000, "10.0.0.2", 80),
+                                 ["10.0.0.1", 6000, "10.0.0.2", 80]])
+def test_a_client_through_nat_is_keyed_as_its_server_sees_it(monkeypatch, nat):
+    """The C step keys a client frame by conntrack's view itself when it is a 4-tuple, and
+    hands any other value to the reference: either way, the key the reference makes."""
+    client = ConnInfo(pid=1, fd=10, generation=1, role=Role.CLIENT, transport="stream",
+                      family="ipv4", local_addr="10.0.0.1", local_port=5000,
+                      remote_addr="10.96.0.1", remote_port=80, nat=nat)
+    handed = []
+    original = Correlator._frame
+    monkeypatch.setattr(Correlator, "_frame",
+                        lambda self, *a: (handed.append(a[0]), original(self, *a))[1])
+    keys = []
+    for compiled in (True, False):
+        c = Correlator(Stats(), compiled=compiled)
+        c.observe([(client, Frame(direction=OUT, start_ns=10, end_ns=11, tcp_seq=77))],
+                  now_ns=0)
+        keys.append(list(c.clients))
+    assert keys[0] == keys[1] == [("10.0.0.1", 6000, "10.0.0.2", 80, 77)]
+    # the compiled run handed it over only when the view was not a tuple; the reference run
+    # is the Python loop itself
+    assert len(handed) == (1 if isinstance(nat, list) else 0) + 1

@@ -409,3 +409,41 @@ def test_uvloop_a_copy_in_the_context_entered_after_the_read_takes_it():
     stale.on_tasks([(TaskNew(pid=2, tid=7, ts_ns=1_050, task=0xA, parent=server_ctx,
                              entered=server_ctx, entered_ns=990), read)])
     assert not stale.task_reads
+
+
+# the same call through a Service: the client's socket names the VIP, conntrack (conn.nat)
+# the connection as the server saw it (DNAT to 10.0.0.2:8080, SNAT to port 6000)
+VIA_SERVICE = ConnInfo(pid=1, fd=5, generation=1, role=Role.CLIENT, transport="stream",
+                       family="ipv4", local_addr="10.0.0.1", local_port=5000,
+                       remote_addr="10.96.0.10", remote_port=80,
+                       nat=("10.0.0.1", 6000, "10.0.0.2", 8080))
+BEHIND_SERVICE = ConnInfo(pid=2, fd=6, generation=1, role=Role.SERVER, transport="stream",
+                          family="ipv4", local_addr="10.0.0.2", local_port=8080,
+                          remote_addr="10.0.0.1", remote_port=6000)
+
+
+def test_a_client_through_nat_links_to_what_its_server_derives():
+    """Each end seen by another agent: both derive from the server's view of the call."""
+    client_side, server_side = Correlator(Stats()), Correlator(Stats(), window_ns=MS)
+    client_side.on_frames([request(VIA_SERVICE, 10, 11, 1, seq=42)], now_ns=0)
+    server_side.on_frames([request(BEHIND_SERVICE, 12, 13, 2, seq=42)], now_ns=0)
+    client, server = span(VIA_SERVICE), span(BEHIND_SERVICE)
+    client_side.on_spans([client], now_ns=0)
+    server_side.on_spans([server], now_ns=0)
+    assert server_side.expire(now_ns=10 * MS) == [server]
+    assert server.attributes["otel_ebpf.correlation"] == "derived"
+    assert [(link.trace_id, link.span_id) for link in client.links] == [
+        (server.trace_id, server.parent_span_id)]
+    assert (server.trace_id, server.parent_span_id) == derived_ids(
+        ("10.0.0.1", 6000, "10.0.0.2", 8080, 42))
+
+
+def test_both_ends_through_nat_on_one_host_pair_on_the_wire():
+    c = Correlator(Stats())
+    c.on_frames([request(VIA_SERVICE, 10, 11, 1, seq=9), request(BEHIND_SERVICE, 12, 13, 2,
+                                                                  seq=9)], now_ns=0)
+    client, server = span(VIA_SERVICE), span(BEHIND_SERVICE)
+    assert c.on_spans([server, client], now_ns=0) == [server, client]
+    assert server.parent_span_id == client.span_id
+    assert server.attributes["otel_ebpf.correlation"] == "wire"
+    assert not client.links

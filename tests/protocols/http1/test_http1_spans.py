@@ -144,3 +144,21 @@ def test_default_options():
 @pytest.mark.parametrize(("value", "expected"), [("false", False), ("True", True), ("on", True), (None, False)])
 def test_capture_headers_flag(value, expected):
     assert HTTP1Parser({"capture_headers": value}).capture_headers is expected
+
+
+def test_client_through_a_service_names_the_pod_behind_it(exchange):
+    """A client connection through NAT (conn.nat, from conntrack): server.address is the
+    name asked for, network.peer.* the socket's peer (the Service's VIP), and the server
+    behind the Service, and this end as it saw it (SNAT), under otel_ebpf.nat.*."""
+    svc = ("10.96.0.10", 80)
+    (span,) = exchange(GET, OK, remote_addr=svc[0], remote_port=svc[1],
+                       nat=("10.0.0.1", 61000, "10.244.2.7", 8080))
+    a = span.attributes
+    assert (a["server.address"], a["network.peer.address"], a["network.peer.port"]) == (
+        "api.example.com", *svc)
+    assert (a["otel_ebpf.nat.peer.address"], a["otel_ebpf.nat.peer.port"]) == ("10.244.2.7", 8080)
+    assert (a["otel_ebpf.nat.local.address"], a["otel_ebpf.nat.local.port"]) == ("10.0.0.1", 61000)
+    (span,) = exchange(GET, OK, remote_addr=svc[0], remote_port=svc[1],
+                       nat=("10.0.0.1", 40000, "10.244.2.7", 8080))  # DNAT alone
+    assert "otel_ebpf.nat.local.address" not in span.attributes
+    assert span.attributes["otel_ebpf.nat.peer.address"] == "10.244.2.7"
