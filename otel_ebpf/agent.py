@@ -257,6 +257,9 @@ class Agent:
         retire_probes = self.cfg.receiver.correlation_asyncio_tasks
         next_sweep = time.monotonic() + SWEEP_INTERVAL_S
         while not self._stop.is_set():
+            # every record sent before this moment is read by the poll (the ring hands
+            # records over in the order they were reserved)
+            drained_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
             events = self.tracer.poll(poll_ms)
             # a sample after the poll brackets the events just read: each is dated by the
             # wall clock of its own moment (the host may be slewing or stepping it)
@@ -276,7 +279,7 @@ class Agent:
             if time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + SWEEP_INTERVAL_S
                 now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-                self._emit(self.correlator.on_spans(self.table.sweep(now), now))
+                self._emit(self.correlator.on_spans(self.table.sweep(now, drained_ns), now))
                 self._update_kernel_counters()
         # drain what the kernel still holds, then close every connection
         self._emit(self._handle(self.tracer.poll(0)))

@@ -437,8 +437,11 @@ static __always_inline void emit_close(struct conn_state *st)
 	ev->hdr.tid = (__u32)bpf_get_current_pid_tgid();
 	ev->hdr.ts_ns = bpf_ktime_get_ns();
 	ev->key = st->key;
-	ev->bytes_sent = st->pos[DIR_EGRESS];
-	ev->bytes_recv = st->pos[DIR_INGRESS];
+	/* where its records end: user space ends the connection once they all came (a record
+	 * another thread sent may be reserved after this one). TLS: the plaintext's positions,
+	 * which its records carry (the socket's ciphertext is counted, not sent) */
+	ev->bytes_sent = st->tls ? st->tls_pos[DIR_EGRESS] : st->pos[DIR_EGRESS];
+	ev->bytes_recv = st->tls ? st->tls_pos[DIR_INGRESS] : st->pos[DIR_INGRESS];
 	bpf_ringbuf_submit(ev, wakeup_flags());
 	count(CNT_CONN_CLOSED, 1);
 }
