@@ -384,8 +384,8 @@ int on_process_exit(void *ctx)
 	__u64 id = bpf_get_current_pid_tgid();
 	/* Every thread: its thread id comes back as another thread's (a pool worker, say) */
 	bpf_map_delete_elem(&threads, &id);
-	if ((__u32)id != (id >> 32))
-		return 0; /* a thread, not the process */
+	if (!ends_process(ctx))
+		return 0; /* a thread, not the process (capture.bpf.h) */
 	return emit_proc_event(EV_PROC_EXIT, id >> 32);
 }
 

@@ -260,6 +260,9 @@ class Agent:
         retire_probes = self.cfg.receiver.correlation_asyncio_tasks
         next_sweep = time.monotonic() + SWEEP_INTERVAL_S
         while not self._stop.is_set():
+            # every record sent before this moment is read by the poll (the ring hands
+            # records over in the order they were reserved)
+            drained_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
             events = self.tracer.poll(poll_ms)
             # a sample of the wall clock (the host may be slewing or stepping it) after the
             # poll: the mapping heads for it from a moment after every one it has mapped
@@ -279,7 +282,7 @@ class Agent:
             if time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + SWEEP_INTERVAL_S
                 now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-                self._emit(self.correlator.on_spans(self.table.sweep(now), now))
+                self._emit(self.correlator.on_spans(self.table.sweep(now, drained_ns), now))
                 self._update_kernel_counters()
                 if self.nat is not None:
                     self.nat.sweep()

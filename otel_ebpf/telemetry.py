@@ -27,6 +27,11 @@ COUNTERS: dict[str, tuple[str, str]] = {
     "connections.tracked": ("{connection}", "Connections opened in the connection table"),
     "connections.evicted": ("{connection}", "Connections evicted because the table was full"),
     "connections.unparsed": ("{connection}", "Connections no parser recognized"),
+    "connections.incomplete": ("{connection}", "Connections ended before every byte the "
+                               "kernel counted on them up to their close had come as a "
+                               "record (their last records were dropped)"),
+    "records.after_close": ("{event}", "Records of a connection that came after it ended "
+                            "(a thread's read or write racing another thread's close)"),
     "kernel.muted": ("{connection}", "Unrecognized connections the kernel stopped sending"),
     "protocol.events": ("{event}", "Conditions parsers counted, by protocol and event "
                         "(http2 unknown_headers: HPACK entries from before capture began)"),

@@ -441,10 +441,34 @@ static __always_inline void emit_close(struct conn_state *st)
 	ev->hdr.tid = (__u32)bpf_get_current_pid_tgid();
 	ev->hdr.ts_ns = bpf_ktime_get_ns();
 	ev->key = st->key;
-	ev->bytes_sent = st->pos[DIR_EGRESS];
-	ev->bytes_recv = st->pos[DIR_INGRESS];
+	/* where its records end: user space ends the connection once they all came (a record
+	 * another thread sent may be reserved after this one). TLS: the plaintext's positions,
+	 * which its records carry (the socket's ciphertext is counted, not sent) */
+	ev->bytes_sent = st->tls ? st->tls_pos[DIR_EGRESS] : st->pos[DIR_EGRESS];
+	ev->bytes_recv = st->tls ? st->tls_pos[DIR_INGRESS] : st->pos[DIR_INGRESS];
 	bpf_ringbuf_submit(ev, wakeup_flags());
 	count(CNT_CONN_CLOSED, 1);
+}
+
+/* sched_process_exit's record, on kernels that put group_dead in it */
+struct trace_event_raw_sched_process_exit___group {
+	bool group_dead;
+} __attribute__((preserve_access_index));
+
+/* Does this thread's exit end its process (sched_process_exit's context)? A thread counts
+ * itself out of signal->live only in do_exit, after its last syscall returned and sent its
+ * records, and the tracepoint comes after that count: a record sent when it reaches 0 comes
+ * after every record of every thread of the process. A thread that ends before the others
+ * (a main thread that exits first, the old leader a thread's exec replaces) is not the end;
+ * emitting then would end the process's connections while its other threads still use
+ * them. Without group_dead in the record (older kernels), threads exiting at once may each
+ * see 0: user space takes a repeated exit as nothing. */
+static __always_inline bool ends_process(void *ctx)
+{
+	if (bpf_core_field_exists(struct trace_event_raw_sched_process_exit___group, group_dead))
+		return ((struct trace_event_raw_sched_process_exit___group *)ctx)->group_dead;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	return BPF_CORE_READ(task, signal, live.counter) == 0;
 }
 
 static __always_inline void emit_open(struct conn_state *st, __u32 role, struct addr *local,

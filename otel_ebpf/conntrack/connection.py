@@ -71,7 +71,7 @@ class Connection:
     __slots__ = (
         "info", "parser", "state", "streams", "frame_start", "resync", "pending",
         "infer_attempts", "unparsed", "last_ns", "tcp", "frames_out", "muted", "whole",
-        "pairs", "nat_lookup",
+        "pairs", "nat_lookup", "offered_end",
     )
     # (streams, frame_start, resync, pending, infer_attempts, unparsed: see _start_parsing)
 
@@ -103,6 +103,9 @@ class Connection:
         self.pending: tuple[SmallDeque, SmallDeque] = (SmallDeque(), SmallDeque())
         self.infer_attempts = 0
         self.unparsed = False
+        # per direction, the end of the bytes offered to inference and not parsed (a
+        # connection's first messages, before a parser knows it), or None
+        self.offered_end: list[int] | None = None
 
     def adopt(self, parser: ProtocolParser, role: Role) -> None:
         """Parse this connection with `parser`, the traced process having `role`."""
@@ -119,6 +122,21 @@ class Connection:
         self.whole = getattr(parser, "whole", None)
         # a v2 parser pairs the queues it is handed; a v1 parser stitches its state itself
         self.pairs = type(parser).stitch is ProtocolParser.stitch
+
+    def received(self, sent: int, recv: int) -> bool:
+        """Whether every byte up to `sent` written and `recv` read (the kernel's counts at
+        the connection's close) has come as a record, or nothing more can make a span: a
+        connection no parser knows, TLS (the kernel counts its ciphertext, the records
+        carry the plaintext) or datagrams (each one whole, none cut by a close)."""
+        streams = self.streams
+        if streams[0].known_end >= sent and streams[1].known_end >= recv:
+            return True  # the usual close: after every record of its connection
+        info = self.info
+        if self.unparsed or info.tls or info.transport == "datagram":
+            return True
+        ends = self.offered_end
+        return ends is not None and (max(streams[0].known_end, ends[0]) >= sent
+                                     and max(streams[1].known_end, ends[1]) >= recv)
 
     def _time_at(self, direction: Direction, offset: int) -> int:
         """Kernel time of the byte `offset` bytes into what `parse` is being shown."""
@@ -146,6 +164,10 @@ class Connection:
         if self.unparsed:
             return
         if self.parser is None and not self._infer(direction, payload, registry, stats):
+            ends = self.offered_end
+            if ends is None:
+                ends = self.offered_end = [0, 0]
+            ends[direction] = max(ends[direction], pos + msg_len)
             return
         # A read's bytes are there when it returns (it may have blocked long before they
         # came); a write's bytes leave when it is called.

@@ -18,6 +18,15 @@ from .nat import wanted as nat_wanted
 Key = tuple[int, int, int]
 _tuple_new = tuple.__new__  # a named tuple of every field, without its __new__'s Python frame
 LAST_READ_THREADS = 16384
+# A connection closed before all its records came waits for them this long, in kernel
+# time past its close, measured against the moment the ring was last drained: the records
+# a close can overtake are another thread's, sent a few microseconds after it; what has
+# not come by then was dropped in the kernel (otel_ebpf.kernel.drops).
+CLOSE_GRACE_NS = 1_000_000_000
+# The keys of the connections ended last, one per slot by the low bits of their
+# generation (a key is never reused: an older one only ever gives way): a record that
+# comes after its connection ended is counted and dropped, not made a new connection.
+ENDED_SLOTS = 4096
 # enum members as module constants: looking a member up on its class costs ~0.2 µs
 _INGRESS = Direction.INGRESS
 # the usual syscall of a stream parser whose class sets `compiled_stream_step` (HTTP/2) in
@@ -85,6 +94,10 @@ class ConnTable:
         # connections that became unparsed, for the agent to mute in the kernel
         self.to_mute: list[Key] = []
         self.evicted_spans: list[NeutralSpan] = []
+        # connections the kernel closed whose records up to the close have not all come
+        # yet: key -> (bytes written, bytes read, kernel time of the close)
+        self.closing: dict[Key, tuple[int, int, int]] = {}
+        self.ended: list[Key | None] = [None] * ENDED_SLOTS
         # for correlate/, in event order: frames as they complete, and asyncio tasks as they
         # are born (with the last read their thread made). One list: a task's address is
         # reused once it dies, so a birth must not be seen before an earlier frame.
@@ -127,7 +140,12 @@ class ConnTable:
                 (key, tid, enter_ns, exit_ns, direction, pos, msg_len, tcp_seq, payload, peer,
                  task, tail, tls) = ev
                 conn = conns.get(key)
-                if conn is None:  # its open event was lost: track it with what we know
+                if conn is None:
+                    if self.ended[key[2] & (ENDED_SLOTS - 1)] == key:
+                        # the close overtook it: a thread's call racing another's close
+                        stats.add("records.after_close")
+                        continue
+                    # its open event was lost: track it with what we know
                     conn = self._open(self._anonymous(ev))
                 else:
                     conns.move_to_end(key)
@@ -158,10 +176,23 @@ class ConnTable:
                     and nat_wanted(info) else None
                 self._open(Connection(info, tcp=tcp, frames_out=self.observed, nat_lookup=nat))
             elif type(ev) is abi.ConnClose:
-                spans += self._close(ev.key)
+                # the kernel's byte counts at the close: the connection ends once every
+                # byte of them came as a record (another thread's may be reserved in the
+                # ring a moment after the close), or after the grace (_finish_closing)
+                conn = conns.get(ev.key)
+                if conn is None:
+                    continue
+                if conn.received(ev.bytes_sent, ev.bytes_recv):
+                    spans += self._close(ev.key)
+                else:
+                    self.closing[ev.key] = (ev.bytes_sent, ev.bytes_recv, ev.ts_ns)
             elif type(ev) is abi.ProcessExit:
+                # every record of the process came before this one: the kernel sends it
+                # when the process's last thread ends
                 for key in list(self.by_pid.get(ev.pid, ())):
                     spans += self._close(key)
+        if self.closing:
+            spans += self._finish_closing(None)
         stats.add("events", len(events))
         stats.add("bytes", payload_bytes)
         for key in self.touched:
@@ -185,6 +216,7 @@ class ConnTable:
         while len(self.conns) >= self.max_connections:
             old_key, old = self.conns.popitem(last=False)
             self.by_pid[old_key[0]].discard(old_key)
+            self.closing.pop(old_key, None)
             self.stats.add("connections.evicted")
             self.evicted_spans += self._finish(old)
         self.conns[key] = conn
@@ -192,10 +224,30 @@ class ConnTable:
         self.stats.add("connections.tracked")
         return conn
 
-    def _close(self, key: Key) -> list[NeutralSpan]:
+    def _finish_closing(self, drained_ns: int | None) -> list[NeutralSpan]:
+        """End the closed connections whose records have all come; with `drained_ns` (the
+        ring drained from then on), also those whose grace is over, counted incomplete."""
+        spans: list[NeutralSpan] = []
+        for key, (sent, recv, close_ns) in list(self.closing.items()):
+            conn = self.conns.get(key)
+            if conn is None:
+                del self.closing[key]
+            elif conn.received(sent, recv) or (
+                    drained_ns is not None and drained_ns - close_ns >= CLOSE_GRACE_NS):
+                spans += self._close(key)
+        return spans
+
+    def _close(self, key: Key, ended: bool = True) -> list[NeutralSpan]:
+        """`ended`: the kernel ended it (closed, or its process exited), not the table."""
         conn = self.conns.pop(key, None)
         if conn is None:
             return []
+        if self.closing:
+            closing = self.closing.pop(key, None)
+            if closing is not None and not conn.received(closing[0], closing[1]):
+                self.stats.add("connections.incomplete")
+        if ended:
+            self.ended[key[2] & (ENDED_SLOTS - 1)] = key
         keys = self.by_pid.get(key[0])
         if keys is not None:
             keys.discard(key)
@@ -211,12 +263,15 @@ class ConnTable:
                     self.stats.add("protocol.events", n, protocol=conn.parser.name, event=event)
         return spans
 
-    def sweep(self, now_ns: int) -> list[NeutralSpan]:
-        """Expire requests past their timeout and connections idle too long."""
-        spans: list[NeutralSpan] = []
+    def sweep(self, now_ns: int, drained_ns: int | None = None) -> list[NeutralSpan]:
+        """Expire requests past their timeout and connections idle too long; end closed
+        connections whose missing records are past their grace. `drained_ns`: every record
+        sent before then has been read from the ring (now_ns when not given)."""
+        drained_ns = now_ns if drained_ns is None else drained_ns
+        spans: list[NeutralSpan] = self._finish_closing(drained_ns) if self.closing else []
         idle = [k for k, c in self.conns.items() if now_ns - c.last_ns > self.idle_timeout_ns]
         for key in idle:
-            spans += self._close(key)
+            spans += self._close(key, ended=False)
         for conn in self.conns.values():
             spans += conn.collect(now_ns)
         return spans
@@ -224,5 +279,5 @@ class ConnTable:
     def close_all(self) -> list[NeutralSpan]:
         spans: list[NeutralSpan] = []
         for key in list(self.conns):
-            spans += self._close(key)
+            spans += self._close(key, ended=False)
         return spans

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -301,6 +302,26 @@ def uvicorn_server(tmp_path: Path) -> Iterator[int]:
         yield port
     finally:
         stop_process(proc)
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[int]:
+    """Debian's redis-server on a free 127.0.0.1 port, nothing saved to disk."""
+    binary = shutil.which("redis-server")
+    require_peer(None if binary else "redis-server is not installed (make install: APT_PACKAGES)")
+    port = free_port()
+    log = tmp_path / "redis.log"
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(tmp_path), "--logfile", str(log)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    log.touch()
+    try:
+        wait_port(port, proc, log)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 @pytest.fixture

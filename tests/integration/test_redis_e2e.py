@@ -5,15 +5,12 @@ and RESP3, become one span per command at both ends; planted keys and values nev
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 
 import pytest
 
-from tests.support.ports import free_port
-
-from .conftest import REPO, require_peer, wait_port
+from .conftest import REPO
 
 pytestmark = pytest.mark.kernel
 
@@ -56,25 +53,6 @@ p.close()
 assert r.dbsize() >= 3
 print(json.dumps({{"ok": True}}))
 """
-
-
-@pytest.fixture
-def redis_server(tmp_path):
-    binary = shutil.which("redis-server")
-    require_peer(None if binary else "redis-server is not installed (make install: APT_PACKAGES)")
-    port = free_port()
-    log = tmp_path / "redis.log"
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp_path), "--logfile", str(log)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    log.touch()
-    try:
-        wait_port(port, proc, log)
-        yield port
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def run_redis_client(port: int, protocol: int, db: int) -> None:
