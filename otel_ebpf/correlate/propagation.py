@@ -27,10 +27,12 @@ MAX_KEPT = 65_536
 
 @dataclass(frozen=True, slots=True)
 class OutgoingContext:
-    """What the kernel is asked to send: on the connection `key` names (client address and
-    port, server address and port as the server sees them, request sequence number)."""
+    """What the kernel is asked to send for a request: `key` names it as the server sees it
+    (client address and port, server address and port, the request's sequence number)."""
 
     key: WireKey
+    conn_key: tuple[int, int, int]  # the client's connection (pid, fd, generation): its
+    # socket's own addresses name it to the kernel (a Service's address, before DNAT)
     trace_id: bytes
     sampled: bool = True
 
@@ -78,7 +80,7 @@ class Propagation:
             # its server end joins its trace: no link to the derived pair (whose span ID is
             # its own now); a lost option leaves the server's trace a derived root
             req.matched = True
-            out.append(OutgoingContext(key, trace))
+            out.append(OutgoingContext(key, req.conn_key, trace))
         while len(self._undecided) > MAX_KEPT:
             self._undecided.popitem(last=False)
         self.sent += len(out)
