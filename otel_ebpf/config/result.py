@@ -98,6 +98,10 @@ class EbpfReceiver:
     correlation_asyncio_tasks: bool = _key("correlation", "asyncio_tasks")
     correlation_leaf_copies: int = _key("correlation", "leaf_copies")
     tls_openssl: bool = _key("tls", "openssl")
+    propagation_enabled: bool = _key("propagation", "enabled")
+    propagation_trusted_networks: tuple[str, ...] = _key("propagation", "trusted_networks",
+                                                         convert=tuple)
+    propagation_cgroup: str = _key("propagation", "cgroup")  # "": the cgroup2 root
     profiling_frequency: int = _key("profiling", "frequency")
     profiling_interval_s: float = _key("profiling", "interval")
     profiling_unwind_tables: bool = _key("profiling", "unwind_tables")
