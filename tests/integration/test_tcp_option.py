@@ -28,7 +28,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +57,7 @@ A_TRUSTED = (*DEFAULT_TRUSTED_NETWORKS, "198.19.0.0/24")  # B keeps the defaults
 # option never rides: its context waits for the next segment), one response many segments
 REQUESTS = [(100, 200), (3000, 50), (20000, 1000), (10, 70000), (500, 500)]
 WAIT_S = 15.0
+TCP_FIN = 0x01
 
 
 def sh(*argv: str) -> None:
@@ -149,12 +150,16 @@ class World:
     def wire(self, addr: str, port: int, at_least: int = 0) -> list[list[bytes]]:
         """The kind-253 options of each segment from addr:port seen on B's wire, in order;
         waits until `at_least` options have been seen."""
+        return [[bytes.fromhex(o) for o in rec["options"]]
+                for rec in self.wire_segments(addr, port, at_least)]
+
+    def wire_segments(self, addr: str, port: int, at_least: int = 0) -> list[dict]:
+        """The sniffer's records of the segments from addr:port carrying kind-253 options."""
         deadline = time.monotonic() + WAIT_S
         while True:
-            segs = [[bytes.fromhex(o) for o in rec["options"]]
-                    for rec in map(json.loads, self.wire_log.read_text().splitlines())
+            segs = [rec for rec in map(json.loads, self.wire_log.read_text().splitlines())
                     if (rec["src"], rec["sport"]) == (addr, port)]
-            if sum(map(len, segs)) >= at_least:
+            if sum(len(rec["options"]) for rec in segs) >= at_least:
                 return segs
             if time.monotonic() > deadline:
                 pytest.fail(f"{at_least} options from {addr}:{port} not seen on the wire")
@@ -186,7 +191,7 @@ def _wait_line(proc: subprocess.Popen, log: Path, text: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory) -> World:
+def world(tmp_path_factory) -> Iterator[World]:
     require_kernel()
     require_peer(None if shutil.which("ip") else "the `ip` command (iproute2) is needed")
     tmp = tmp_path_factory.mktemp("tcp-option")
@@ -270,6 +275,10 @@ class Exchange:
     read: bytes  # what the server read, all of it
 
 
+def plain(addr: str) -> str:
+    return addr.removeprefix("::ffff:")
+
+
 def on_the_wire(q: Queued) -> bytes:
     """The option as docs/correlation.md describes it: kind 253, length 25, ExID 0x07E1,
     seq (network order), flags, trace id."""
@@ -287,7 +296,11 @@ def exchange(w: World, host: str, port: int, contexts: bool, seed0: int = 0,
     """REQUESTS on one connection to host:port; with `contexts`, each request's context is
     queued once its response is in (A's agent decides the trace after the fact)."""
     conn = w.client.call(op="connect", host=host, port=port)
-    local, remote = tuple(conn["local"]), tuple(conn["remote"])
+    # as the socket names them (a dual-stack socket: ::ffff:a.b.c.d), and as the capture
+    # and the records do (IPv4 as itself)
+    as_socket = (*conn["local"], *conn["remote"])
+    local, remote = (plain(conn["local"][0]), conn["local"][1]), (plain(conn["remote"][0]),
+                                                                  conn["remote"][1])
     key = w.a.conn_key(Role.CLIENT, lambda e: (e.local_port, e.remote_addr, e.remote_port)
                        == (local[1], remote[0], remote[1]))
     queued, responses = [], []
@@ -298,21 +311,25 @@ def exchange(w: World, host: str, port: int, contexts: bool, seed0: int = 0,
             continue
         # the context queued after the last response left on this request's segments or
         # the ACK of its response: nothing waits any more
-        assert w.a.prop.pending(*local, *remote) == [], f"request {i}"
+        assert w.a.prop.pending(*as_socket) == [], f"request {i}"
         q = Queued(r["offset"], w.a.seq_at(key, Direction.EGRESS, r["offset"]),
                    hashlib.sha256(f"{tag}{host}{i}".encode()).digest()[:16], i % 2 == 0)
         queued.append(q)
-        assert w.a.prop.send(*local, *remote, q.seq, q.trace_id, q.sampled)
+        assert w.a.prop.send(*as_socket, q.seq, q.trace_id, q.sampled)
     w.client.call(op="close")  # the last context leaves with the FIN at the latest
     # the server's own view: its address for the client (IPv4 as itself, not v4-mapped)
     read = w.server_read(port, local[0], local[1])
     return Exchange(local, remote, responses, queued, read)
 
 
-@pytest.mark.parametrize("pair", [TRUSTED, TRUSTED_V6], ids=["ipv4", "ipv6"])
-def test_each_context_arrives_once_with_its_sequence_number(world, pair):
+@pytest.mark.parametrize("pair, host", [(TRUSTED, TRUSTED[1]), (TRUSTED_V6, TRUSTED_V6[1]),
+                                        (TRUSTED, "::ffff:" + TRUSTED[1])],
+                         ids=["ipv4", "ipv6", "ipv4-on-an-ipv6-socket"])
+def test_each_context_arrives_once_with_its_sequence_number(world, pair, host):
+    """Both ends' sockets of every kind: IPv4, IPv6, and IPv4 on an IPv6 socket (the
+    client's here; the server's socket is dual-stack in every case)."""
     a0, b0 = world.a.prop.counters(), world.b.prop.counters()
-    ex = exchange(world, pair[1], PORT_B, contexts=True, tag="once")
+    ex = exchange(world, host, PORT_B, contexts=True, tag="once")
     got = world.b.wait(lambda _: len(world.b.contexts(*ex.local)) >= len(ex.queued) or None,
                        "context for every request")
     world.b.drain()
@@ -341,6 +358,9 @@ def test_each_context_arrives_once_with_its_sequence_number(world, pair):
     segs = world.wire(*ex.local, at_least=n)
     assert [len(opts) for opts in segs] == [1] * n
     assert [opts[0] for opts in segs] == [on_the_wire(q) for q in ex.queued]
+    # the last was queued on a quiet connection, acknowledged to the end: the client's
+    # next segment, its FIN, carried it
+    assert world.wire_segments(*ex.local)[-1]["flags"] & TCP_FIN
 
 
 def test_pending_contexts_leave_oldest_first_one_per_segment(world):

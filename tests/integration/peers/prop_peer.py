@@ -13,7 +13,8 @@ namespace and cgroup, as the processes of two nodes.
     prop_peer sniff IFACE PORTS FILE   every TCP segment arriving on IFACE for one of PORTS
                                 (comma-separated) that carries an option of kind 253, as a
                                 JSON line in FILE: source, source port, the segment's
-                                sequence number and payload length, each kind-253 option (hex)
+                                sequence number, payload length and flags, each kind-253
+                                option (hex)
 
 A request is 8 bytes (body length, response length: big-endian u32) and its body; the
 response is 4 bytes (its length) and that many bytes derived from the request's body.
@@ -127,9 +128,9 @@ def client() -> None:
         print(json.dumps(reply), flush=True)
 
 
-def tcp_segment(frame: bytes) -> tuple[str, int, int, int, bytes, int] | None:
-    """(source, source port, destination port, seq, options, payload length) of an
-    Ethernet frame carrying IPv4 or IPv6 (no extension headers) and TCP, else None."""
+def tcp_segment(frame: bytes) -> tuple[str, int, int, int, bytes, int, int] | None:
+    """(source, source port, destination port, seq, options, payload length, TCP flags) of
+    an Ethernet frame carrying IPv4 or IPv6 (no extension headers) and TCP, else None."""
     ethertype = int.from_bytes(frame[12:14], "big")
     ip = frame[14:]
     if ethertype == 0x0800 and ip[9] == socket.IPPROTO_TCP:
@@ -143,7 +144,7 @@ def tcp_segment(frame: bytes) -> tuple[str, int, int, int, bytes, int] | None:
         return None
     sport, dport, seq = struct.unpack(">HHI", tcp[:8])
     doff = (tcp[12] >> 4) * 4
-    return src, sport, dport, seq, bytes(tcp[20:doff]), ip_payload - doff
+    return src, sport, dport, seq, bytes(tcp[20:doff]), ip_payload - doff, tcp[13]
 
 
 def options_of(raw: bytes, kind: int) -> list[bytes]:
@@ -178,7 +179,8 @@ def sniff(iface: str, ports: set[int], out: Path) -> None:
             found = options_of(seg[4], 253)
             if found:
                 log.write(json.dumps({"src": seg[0], "sport": seg[1], "seq": seg[3],
-                                      "len": seg[5], "options": [o.hex() for o in found]})
+                                      "len": seg[5], "flags": seg[6],
+                                      "options": [o.hex() for o in found]})
                           + "\n")
                 log.flush()
 
