@@ -28,6 +28,7 @@ from otel_ebpf.export.span_metrics import SpanMetrics, gather_instruments
 from otel_ebpf.kernel.abi import ConnOpen, ProcessExec, ProcessExit, ProcessFork
 from otel_ebpf.kernel.asyncio_probes import calls_out
 from otel_ebpf.kernel.libbpf import LibbpfLog
+from otel_ebpf.kernel.propagation import PropagationSettings
 from otel_ebpf.kernel.socket_tracer import CaptureSettings, SocketTracer
 from otel_ebpf.profiling.links import ActiveSpans, ServerThreads
 from otel_ebpf.protocols.registry import Registry
@@ -72,6 +73,8 @@ def capture_settings(cfg: Config, wide_prefixes: tuple[str, ...] = ()) -> Captur
         tail_capture=min(r.capture_llm_tail_bytes, r.capture_llm_max_bytes),
         pipe_pids=r.pipe_pids,
         pipe_process_names=r.pipe_process_names,
+        propagation=PropagationSettings(r.propagation_trusted_networks, r.propagation_cgroup)
+        if r.propagation_enabled else None,
     )
 
 
@@ -205,6 +208,10 @@ class Agent:
         log.info("attached %d programs; parsers: %s; layers over HTTP: %s",
                  self.tracer.programs, ", ".join(p.name for p in self.registry.parsers),
                  ", ".join(layer.name for layer in self.registry.layers) or "none")
+        if self.tracer.propagation is not None:
+            prop = self.tracer.propagation
+            log.info("trace context TCP option on the sockets of cgroup %s; trusted: %s",
+                     prop.cgroup, ", ".join(str(n) for n in prop.nets) or "none")
         r = self.cfg.receiver
         if r.profiling_unwind_tables and (r.gpu_enabled or self.server_threads is not None):
             from otel_ebpf.profiling.unwinder import UnwindTables  # noqa: PLC0415

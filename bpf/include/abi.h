@@ -4,7 +4,7 @@
 #ifndef OTEL_EBPF_ABI_H
 #define OTEL_EBPF_ABI_H
 
-#define ABI_VERSION 4
+#define ABI_VERSION 5
 #define MAX_CAPTURE 65536 /* largest payload prefix captured per message (power of two) */
 #define MAX_TARGETS 1024  /* entries in each target-selection map */
 #define COMM_LEN 16
@@ -22,6 +22,8 @@ enum event_type {
 	EV_PROC_EXEC = 6,   /* a process exec'd a new program (same layout as proc_exit_event) */
 	EV_PROC_FORK = 7,   /* a process whose Context probes are its own forked a child (pid: the
 			     * child; same layout as proc_exit_event) */
+	EV_CONTEXT_IN = 8,  /* a trusted peer's trace context arrived in a TCP option
+			     * (propagation.bpf.c; struct context_in_event) */
 };
 
 enum direction {
@@ -62,6 +64,14 @@ enum counter_idx {
 	CNT_WIDENED = 6,        /* connections whose capture was widened (an LLM request seen) */
 	CNT_TLS_UNBOUND = 7,    /* SSL calls whose socket could not be found (plaintext lost) */
 	CNT_MUTED = 8,          /* connections user space muted: no parser wants their bytes */
+	/* the trace-context TCP option (propagation.bpf.c) */
+	CNT_PROP_WRITTEN = 9,   /* options written into an outgoing segment */
+	CNT_PROP_NO_ROOM = 10,  /* segments that went out without a pending context: no option
+				 * space left (SACK blocks), or a segment the option would split or
+				 * push past the MTU; the context waits for the next one */
+	CNT_PROP_RECEIVED = 11, /* options received from a trusted source (a record each) */
+	CNT_PROP_REFUSED = 12,  /* options received from an untrusted source: dropped */
+	CNT_PROP_UNTRUSTED_DST = 13, /* connections made to an untrusted address: never written */
 	CNT_MAX = 16,
 };
 
@@ -137,6 +147,66 @@ struct proc_exit_event {
 	struct event_header hdr;
 	__u32 pid;
 	__u32 _pad;
+};
+
+/* ---- trace context in a TCP header option (propagation.bpf.c) -------------------------
+ * RFC 6994 shared experimental option: kind 253, then a 2-byte experiment identifier (ExID).
+ * 0x07E1 ("OTEL" in hex-speak) is not among the ExIDs IANA lists in its TCP ExID registry
+ * (RFC 6994 section 3.1 asks users to register theirs: do so before any deployment beyond
+ * networks one controls). The option, 25 bytes, all numbers in network order:
+ *   kind 253 | length 25 | ExID 0x07E1 | seq (4) | flags (1, bit 0: sampled) | trace id (16)
+ * 25 bytes take 28 of the 40 bytes of TCP options (4-byte alignment): exactly what the
+ * timestamps option (12 with its padding) leaves. */
+#define PROP_OPT_KIND 253
+#define PROP_EXID 0x07E1
+#define PROP_OPT_LEN 25
+#define PROP_F_SAMPLED 1
+#define PROP_SLOTS 4          /* contexts pending per connection (HTTP/2: requests in flight) */
+#define PROP_MAX_CONNS 16384  /* connections with pending contexts (LRU) */
+#define PROP_MAX_NETS 1024    /* trusted networks */
+
+/* A TCP connection as one of its sockets sees it. IPv4 (an AF_INET socket, or an AF_INET6
+ * one talking to an IPv4-mapped address) is family AF_INET with the addresses as
+ * IPv4-mapped IPv6 (::ffff:a.b.c.d), so one key names the connection whichever socket
+ * family carries it, and the remote address is a trusted-network key as it stands. */
+struct prop_key {
+	__u32 local[4];     /* network order */
+	__u32 remote[4];
+	__u16 local_port;   /* host order */
+	__u16 remote_port;
+	__u16 family;       /* AF_INET or AF_INET6 */
+	__u16 _pad;
+};
+
+/* One context waiting for the next outgoing segment of its connection. */
+struct prop_slot {
+	__u8 trace_id[16];
+	__u32 seq;          /* host order: the TCP sequence number of the request's first byte */
+	__u32 order;        /* user space's counter, increasing: the lowest is sent first; 0: free */
+	__u8 flags;         /* PROP_F_SAMPLED */
+	__u8 _pad[7];
+};
+
+/* prop_out's value: written by user space (send), each slot cleared by the kernel once its
+ * context is in a segment. */
+struct prop_pending {
+	struct prop_slot slots[PROP_SLOTS];
+};
+
+/* A trusted network: an LPM trie key, IPv4 as IPv4-mapped IPv6 (prefix length + 96). */
+struct prop_net {
+	__u32 prefixlen;
+	__u32 addr[4];      /* network order */
+};
+
+/* A context a trusted peer sent (EV_CONTEXT_IN), parsed from a segment it received. */
+struct context_in_event {
+	struct event_header hdr; /* ts_ns: when the segment was parsed; tid: 0 */
+	struct prop_key conn;    /* as the receiving (server) socket sees it */
+	__u32 seq;               /* host order: the sender's request's first byte */
+	__u8 flags;
+	__u8 _pad[3];
+	__u8 trace_id[16];
 };
 
 /* Settings written into .rodata before load; one struct so user space mirrors it exactly. */

@@ -99,6 +99,10 @@ class EbpfReceiver:
     correlation_leaf_copies: int = _key("correlation", "leaf_copies")
     correlation_nat: bool = _key("correlation", "nat")
     tls_openssl: bool = _key("tls", "openssl")
+    propagation_enabled: bool = _key("propagation", "enabled")
+    propagation_trusted_networks: tuple[str, ...] = _key("propagation", "trusted_networks",
+                                                         convert=tuple)
+    propagation_cgroup: str = _key("propagation", "cgroup")  # "": the cgroup2 root
     profiling_frequency: int = _key("profiling", "frequency")
     profiling_interval_s: float = _key("profiling", "interval")
     profiling_unwind_tables: bool = _key("profiling", "unwind_tables")

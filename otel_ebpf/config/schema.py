@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import ipaddress
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -55,6 +56,36 @@ _PIPES = _Map(
     }
 )
 
+# networks whose hosts may send this node trace context in a TCP option, and be sent it:
+# loopback and the private ranges (docs/correlation.md, "TCP option carrier")
+DEFAULT_TRUSTED_NETWORKS = ("127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
+                            "::1/128", "fc00::/7")
+_MAX_TRUSTED_NETWORKS = 1024  # PROP_MAX_NETS in bpf/include/abi.h
+
+
+def _cidr(text: str) -> bool:
+    """An IPv4 or IPv6 network in CIDR notation, without host bits (10.0.0.0/8, fc00::/7;
+    a bare address is its /32 or /128)."""
+    try:
+        ipaddress.ip_network(text.strip(), strict=True)
+    except ValueError:
+        return False
+    return True
+
+
+_PROPAGATION = _Map({
+    # off for now: what it carries is used once the correlator sends and reads it
+    "enabled": _Bool(False),
+    "trusted_networks": _List(
+        _Str(expected="a network in CIDR notation without host bits, like 10.0.0.0/8 or "
+             "fc00::/7", valid=_cidr),
+        "a list of networks in CIDR notation", DEFAULT_TRUSTED_NETWORKS,
+        max_items=_MAX_TRUSTED_NETWORKS),
+    # the cgroup v2 directory whose sockets (and its descendants') are covered
+    "cgroup": _Str("", expected="a cgroup v2 directory path, or '' (the cgroup2 root)",
+                   takes_empty=True),
+})
+
 _RECEIVER = _Map(
     {
         "targets": _TARGETS,
@@ -94,6 +125,8 @@ _RECEIVER = _Map(
             }
         ),
         "tls": _Map({"openssl": _Bool(True)}),
+        # trace context to and from trusted peers in a TCP header option (sock_ops)
+        "propagation": _PROPAGATION,
         # CPU profiles (a `profiles` pipeline turns them on): samples per second per CPU,
         # and how often a profile is cut and exported
         "profiling": _Map({

@@ -16,7 +16,7 @@ from typing import NamedTuple
 from otel_ebpf import _fast
 from otel_ebpf.protocols.base import Direction, Role, positional_maker
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 MAX_CAPTURE = 65536
 MAX_TARGETS = 1024
 COMM_LEN = 16
@@ -24,6 +24,7 @@ MAX_WIDE_KEYS = 32  # bpf/include/abi.h: POST paths a connection is widened for 
 
 EV_CONN_OPEN, EV_CONN_CLOSE, EV_DATA, EV_PROC_EXIT, EV_TASK_NEW, EV_PROC_EXEC, EV_PROC_FORK = (
     1, 2, 3, 4, 5, 6, 7)
+EV_CONTEXT_IN = 8
 
 CONN_F_STREAM, CONN_F_UNIX, CONN_F_TCP, CONN_F_PREEXISTING, CONN_F_PIPE = 1, 2, 4, 8, 16
 DATA_F_TRUNCATED, DATA_F_HAS_PEER, DATA_F_WIDE, DATA_F_TLS, DATA_F_NO_SEQ = 1, 2, 4, 8, 16
@@ -39,6 +40,11 @@ COUNTER_NAMES = {
     6: "widened",
     7: "tls_unbound",
     8: "muted",
+    9: "prop_written",
+    10: "prop_no_room",
+    11: "prop_received",
+    12: "prop_refused",
+    13: "prop_untrusted_dst",
 }
 CNT_MAX = 16
 
@@ -51,6 +57,15 @@ DATA = struct.Struct("<B3xIQ" + "IiQ" + "QQIIIBBH" + "16sHH4x" + "Q")
 TASK_NEW = struct.Struct("<B3xIQ" + "I4xQQQQ")
 PROC_EXIT = struct.Struct("<B3xIQ" + "I4x")
 AGENT_CONFIG = struct.Struct(f"<14I{MAX_WIDE_KEYS}Q")  # struct agent_config
+
+# The trace-context TCP option (bpf/propagation.bpf.c): kind 253, ExID 0x07E1, 25 bytes
+PROP_OPT_KIND, PROP_EXID, PROP_OPT_LEN, PROP_F_SAMPLED = 253, 0x07E1, 25, 1
+PROP_SLOTS, PROP_MAX_CONNS, PROP_MAX_NETS = 4, 16384, 1024
+PROP_KEY = struct.Struct("<16s16sHHH2x")  # local, remote (IPv4-mapped for IPv4), ports, family
+PROP_SLOT = struct.Struct("<16sIIB7x")  # trace id, seq, order (0: free), flags
+PROP_PENDING = struct.Struct("<" + "16sIIB7x" * PROP_SLOTS)
+PROP_NET = struct.Struct("<I16s")  # LPM trie key: prefix length, address
+CONTEXT_IN = struct.Struct("<B3xIQ" + "16s16sHHH2x" + "IB3x16s")
 
 AF_NAMES = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6", socket.AF_UNIX: "unix"}
 
@@ -150,7 +165,29 @@ class ProcessFork:
     ts_ns: int
 
 
-Event = ConnOpen | ConnClose | DataEvent | ProcessExit | TaskNew | ProcessExec | ProcessFork
+@dataclass(frozen=True, slots=True)
+class ContextIn:
+    """A trusted peer's trace context, from the TCP option of a segment this node received
+    (bpf/propagation.bpf.c): the connection as the receiving socket sees it, the TCP
+    sequence number of the first byte of the peer's request, the peer's trace id and flags."""
+
+    ts_ns: int
+    family: int  # AF_INET (IPv4, on either kind of socket) or AF_INET6
+    local_addr: str
+    local_port: int
+    remote_addr: str
+    remote_port: int
+    seq: int
+    flags: int
+    trace_id: bytes  # 16 bytes
+
+    @property
+    def sampled(self) -> bool:
+        return bool(self.flags & PROP_F_SAMPLED)
+
+
+Event = (ConnOpen | ConnClose | DataEvent | ProcessExit | TaskNew | ProcessExec | ProcessFork
+         | ContextIn)
 
 
 def pipe_name(inode: int) -> str:
@@ -243,6 +280,15 @@ def _decode_task(buf: bytes) -> TaskNew:
                    entered_ns=entered_ns)
 
 
+def _decode_context_in(buf: bytes) -> ContextIn:
+    (_, _, ts, local, remote, lport, rport, family, seq, flags, trace_id) = (
+        CONTEXT_IN.unpack_from(buf))
+    return ContextIn(ts_ns=ts, family=family,
+                     local_addr=format_addr(local, socket.AF_INET6), local_port=lport,
+                     remote_addr=format_addr(remote, socket.AF_INET6), remote_port=rport,
+                     seq=seq, flags=flags, trace_id=trace_id)
+
+
 _DECODERS = {
     EV_CONN_OPEN: (CONN_OPEN.size, _decode_open),
     EV_CONN_CLOSE: (CONN_CLOSE.size, _decode_close),
@@ -251,6 +297,7 @@ _DECODERS = {
     EV_TASK_NEW: (TASK_NEW.size, _decode_task),
     EV_PROC_EXEC: (PROC_EXIT.size, _decode_exec),
     EV_PROC_FORK: (PROC_EXIT.size, _decode_fork),
+    EV_CONTEXT_IN: (CONTEXT_IN.size, _decode_context_in),
 }
 
 
@@ -352,3 +399,54 @@ def pack_agent_config(
         *keys,
         *[0] * (MAX_WIDE_KEYS - len(keys)),
     )
+
+
+def mapped(addr: str) -> tuple[int, bytes]:
+    """(family, 16 address bytes) as struct prop_key holds an address: IPv6 as it is, IPv4
+    (and IPv4-mapped IPv6) as family AF_INET and ::ffff:a.b.c.d. ValueError if not an IP."""
+    ip = ipaddress.ip_address(addr)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv4Address):
+        return socket.AF_INET, bytes(10) + b"\xff\xff" + ip.packed
+    return socket.AF_INET6, ip.packed
+
+
+def pack_prop_key(local: str, local_port: int, remote: str, remote_port: int) -> bytes:
+    """struct prop_key: a TCP connection as the socket at `local` sees it."""
+    family, lraw = mapped(local)
+    rfamily, rraw = mapped(remote)
+    if family != rfamily:
+        raise ValueError(f"{local} and {remote} are not of one family")
+    return PROP_KEY.pack(lraw, rraw, local_port, remote_port, family)
+
+
+class PropSlot(NamedTuple):
+    """One pending context of struct prop_pending (order 0: the slot is free)."""
+
+    trace_id: bytes
+    seq: int
+    order: int
+    flags: int
+
+
+FREE_SLOT = PropSlot(bytes(16), 0, 0, 0)
+
+
+def pack_prop_pending(slots: list[PropSlot]) -> bytes:
+    """struct prop_pending from PROP_SLOTS slots."""
+    if len(slots) != PROP_SLOTS:
+        raise ValueError(f"{len(slots)} slots, struct prop_pending has {PROP_SLOTS}")
+    return PROP_PENDING.pack(*(v for s in slots for v in s))
+
+
+def unpack_prop_pending(raw: bytes) -> list[PropSlot]:
+    values = PROP_PENDING.unpack(raw)
+    return [PropSlot(*values[i : i + 4]) for i in range(0, len(values), 4)]
+
+
+def pack_prop_net(network: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bytes:
+    """struct prop_net: an LPM trie key, an IPv4 network as IPv4-mapped IPv6 (/n + 96)."""
+    if isinstance(network, ipaddress.IPv4Network):
+        return PROP_NET.pack(network.prefixlen + 96, mapped(str(network.network_address))[1])
+    return PROP_NET.pack(network.prefixlen, network.network_address.packed)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from . import abi, libbpf
 from .loader import BTF_PATH, TRACEFS, BPFError, BPFObject, bpf_dir, ensure_tracefs
+from .propagation import PROGRAM as PROPAGATION_PROGRAM
 
 CAPS = {"CAP_DAC_READ_SEARCH": 2, "CAP_SYS_PTRACE": 19, "CAP_SYS_ADMIN": 21,
         "CAP_SYS_RESOURCE": 24, "CAP_PERFMON": 38, "CAP_BPF": 39}
@@ -135,6 +136,9 @@ def _check_socket_program() -> Check:
         return Check("socket capture program", False, str(exc))
     try:
         obj.set_max_entries("scratch_buf", libbpf.lib.libbpf_num_possible_cpus())
+        # the TCP option's program is the feature line "trace context TCP option" (Linux
+        # 5.10): loaded only when configured, so not here
+        obj.set_autoload(PROPAGATION_PROGRAM, False)
         obj.set_rodata(abi.pack_agent_config(
             agent_pid=os.getpid(), capture_max=4096, filter_pids=False, filter_comms=False,
             filter_ports=True, wakeup_bytes=1 << 20))  # selects nothing: no port is listed
@@ -183,8 +187,9 @@ class Need:
     since: str
 
 
-_KPROBE, _TRACEPOINT, _PERF_EVENT = 2, 5, 7
+_KPROBE, _TRACEPOINT, _PERF_EVENT, _SOCK_OPS = 2, 5, 7, 13
 _RINGBUF_RESERVE, _RINGBUF_OUTPUT, _LOOP, _GET_STACK = 131, 130, 181, 67
+_LOAD_HDR_OPT, _RESERVE_HDR_OPT = 142, 144
 
 # What each feature's BPF objects (bpf/*.bpf.c) call that an older kernel may lack: the
 # helper that sets its minimum Linux version, and the others newer than 4.18. Every one
@@ -206,6 +211,11 @@ FEATURE_NEEDS: dict[str, tuple[Need, ...]] = {
     ),
     "RDMA and NCCL (uprobes)": (
         Need("bpf_ringbuf_output", _RINGBUF_OUTPUT, "uprobe", _KPROBE, "5.8"),
+    ),
+    "trace context TCP option (sock_ops)": (
+        Need("bpf_reserve_hdr_opt", _RESERVE_HDR_OPT, "sock_ops", _SOCK_OPS, "5.10"),
+        Need("bpf_load_hdr_opt", _LOAD_HDR_OPT, "sock_ops", _SOCK_OPS, "5.10"),
+        Need("bpf_ringbuf_reserve", _RINGBUF_RESERVE, "sock_ops", _SOCK_OPS, "5.8"),
     ),
 }
 
@@ -243,6 +253,8 @@ def configured_features(cfg) -> dict[str, str]:
         out["GPU memory (CUDA uprobes)"] = "receivers.ebpf.gpu.enabled"
     if r.rdma_enabled:
         out["RDMA and NCCL (uprobes)"] = "receivers.ebpf.rdma.enabled"
+    if r.propagation_enabled:
+        out["trace context TCP option (sock_ops)"] = "receivers.ebpf.propagation.enabled"
     return out
 
 

@@ -61,6 +61,12 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "bpf_program__attach_uprobe_opts": (c_void_p, [c_void_p, c_int, c_char_p, c_size_t,
                                                    c_void_p]),
     "bpf_program__attach_perf_event": (c_void_p, [c_void_p, c_int]),
+    # (prog, cgroup directory fd) -> link: a cgroup program (sock_ops) for every socket of
+    # that cgroup and its descendants, alongside other programs there (BPF_LINK_CREATE)
+    "bpf_program__attach_cgroup": (c_void_p, [c_void_p, c_int]),
+    "bpf_program__fd": (c_int, [c_void_p]),
+    # (fd, struct bpf_prog_info * or another object's info, u32 *len): a prefix of it
+    "bpf_obj_get_info_by_fd": (c_int, [c_int, c_void_p, ctypes.POINTER(ctypes.c_uint32)]),
     "bpf_link__destroy": (c_int, [c_void_p]),
     "bpf_map__name": (c_char_p, [c_void_p]),
     "bpf_map__fd": (c_int, [c_void_p]),
@@ -109,6 +115,16 @@ class UprobeOpts(ctypes.Structure):
 
     _fields_ = [("sz", c_size_t), ("ref_ctr_offset", c_size_t),
                 ("bpf_cookie", ctypes.c_uint64), ("retprobe", ctypes.c_bool)]
+
+
+class ProgInfo(ctypes.Structure):
+    """struct bpf_prog_info up to run_cnt (linux/bpf.h; the kernel fills the prefix asked
+    for). run_time_ns and run_cnt grow only while kernel.bpf_stats_enabled is 1."""
+
+    _fields_ = [("type", ctypes.c_uint32), ("id", ctypes.c_uint32),
+                ("_head", ctypes.c_uint8 * 56), ("name", ctypes.c_char * 16),
+                ("_middle", ctypes.c_uint8 * 112), ("run_time_ns", ctypes.c_uint64),
+                ("run_cnt", ctypes.c_uint64)]
 
 
 # libbpf calls this for every message it prints; we keep the last ones so a load error

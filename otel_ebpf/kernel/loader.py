@@ -187,9 +187,10 @@ class BPFObject:
 
     def attach_all(self, skip: Callable[[str], bool] = lambda name: False) -> int:
         """Attach every program whose section names its target (tracepoints...). Bare
-        `uprobe`/`uretprobe` sections name none: attach_uprobe() places them."""
+        `uprobe`/`uretprobe` sections name none: attach_uprobe() places them; a `sockops`
+        program goes to the cgroup its user names (attach_cgroup()), never by default."""
         for prog, name, section in self.programs():
-            if skip(name) or section in ("uprobe", "uretprobe"):
+            if skip(name) or section in ("uprobe", "uretprobe", "sockops"):
                 continue
             link = lib.bpf_program__attach(prog)
             if not link:
@@ -239,6 +240,31 @@ class BPFObject:
     def attach(self, program: str) -> int:
         """One program whose section names its target (raw_tp/..., tracepoint/...)."""
         return self._keep(lib.bpf_program__attach(self._program(program)), f"attaching {program}")
+
+    def attach_cgroup(self, program: str, cgroup: str) -> int:
+        """A cgroup program (sock_ops) on the cgroup v2 directory `cgroup`: it runs for the
+        sockets of every process in it and in its descendants. The link holds it there (the
+        directory's fd is not needed after)."""
+        try:
+            fd = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            raise BPFError(f"opening cgroup {cgroup} failed: {exc.strerror} (a cgroup v2 "
+                           "directory is needed: see the cgroup2 line of /proc/mounts)") from None
+        try:
+            link = lib.bpf_program__attach_cgroup(self._program(program), fd)
+            return self._keep(link, f"attaching {program} to cgroup {cgroup}")
+        finally:
+            os.close(fd)
+
+    def program_stats(self, program: str) -> tuple[int, int, int]:
+        """(id, run count, run time in ns) of a loaded program; the two last grow only while
+        the sysctl kernel.bpf_stats_enabled is 1."""
+        info = libbpf.ProgInfo()
+        size = ctypes.c_uint32(ctypes.sizeof(info))
+        fd = lib.bpf_program__fd(self._program(program))
+        if fd < 0 or lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)):
+            raise BPFError(f"reading {program}'s info failed: {errno_text()}")
+        return info.id, info.run_cnt, info.run_time_ns
 
     def attach_perf_event(self, program: str, perf_fd: int) -> int:
         link = lib.bpf_program__attach_perf_event(self._program(program), perf_fd)

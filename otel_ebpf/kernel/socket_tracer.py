@@ -16,6 +16,8 @@ from . import abi
 from .asyncio_probes import AsyncioProbes
 from .libbpf import LibbpfLog, lib
 from .loader import BPFError, BPFObject, RingBuffer, check_btf, ensure_tracefs
+from .propagation import PROGRAM as PROPAGATION_PROGRAM
+from .propagation import Propagation, PropagationSettings
 from .ssl_probes import SSLProbes
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,9 @@ class CaptureSettings:
     # one of these names, and of their children; both empty: no pipe is captured
     pipe_pids: tuple[int, ...] = ()
     pipe_process_names: tuple[str, ...] = ()
+    # trace context in a TCP option (bpf/propagation.bpf.c); None: its program is not even
+    # loaded (it needs Linux 5.10's header-option helpers)
+    propagation: PropagationSettings | None = None
 
     @property
     def pipes(self) -> bool:
@@ -149,6 +154,8 @@ class SocketTracer:
                          else _fast.ring.Ring([self.obj.map("events").fd]))
             self.asyncio = AsyncioProbes(self.obj)
             self.ssl = SSLProbes(self.obj)
+            self.propagation = (None if settings.propagation is None
+                                else Propagation(self.obj, settings.propagation))
         except BaseException:
             self.obj.close()
             raise
@@ -164,6 +171,9 @@ class SocketTracer:
         if wide > abi.MAX_CAPTURE or not 0 <= s.tail_capture <= abi.MAX_CAPTURE:
             raise BPFError(f"wide capture {wide} / tail {s.tail_capture} outside "
                            f"0..{abi.MAX_CAPTURE}")
+        self.obj.set_autoload(PROPAGATION_PROGRAM, s.propagation is not None)
+        if s.propagation is None:  # an LRU hash is allocated whole: keep it to one entry
+            self.obj.set_max_entries("prop_out", 1)
         self.obj.set_max_entries("events", s.ring_buffer_bytes)
         self.obj.set_max_entries("conns", s.max_connections)
         cpus = lib.libbpf_num_possible_cpus()

@@ -96,8 +96,11 @@ def test_check_probes_the_helpers_each_feature_needs():
             if line.startswith("│ kernel: ")}
     assert list(rows) == ["kernel: socket capture (traces, metrics)",
                           "kernel: TLS (OpenSSL uprobes)", "kernel: CPU profiles",
-                          "kernel: GPU memory (CUDA uprobes)", "kernel: RDMA and NCCL (uprobes)"]
+                          "kernel: GPU memory (CUDA uprobes)", "kernel: RDMA and NCCL (uprobes)",
+                          "kernel: trace context TCP option (sock_ops)"]
     assert "bpf_loop in perf_event programs (Linux 5.17+): yes" in rows["kernel: CPU profiles"]
+    assert "bpf_reserve_hdr_opt in sock_ops programs (Linux 5.10+): yes" in rows[
+        "kernel: trace context TCP option (sock_ops)"]
     assert "bpf_loop in uprobe programs (Linux 5.17+): yes" in rows[
         "kernel: GPU memory (CUDA uprobes)"]
     assert "bpf_ringbuf_reserve in tracepoint programs (Linux 5.8+): yes" in rows[

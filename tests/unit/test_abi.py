@@ -3,6 +3,7 @@ compile the header with the host compiler and compare."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,15 @@ int main(void) {
     printf("CNT_TLS_UNBOUND %d\n", CNT_TLS_UNBOUND);
     printf("CONN_F_PIPE %d\n", CONN_F_PIPE);
     O(agent_config, pipes); O(agent_config, wakeup_step);
+    S(prop_key); S(prop_slot); S(prop_pending); S(prop_net); S(context_in_event);
+    O(prop_key, remote); O(prop_key, local_port); O(prop_key, remote_port); O(prop_key, family);
+    O(prop_slot, seq); O(prop_slot, order); O(prop_slot, flags); O(prop_net, addr);
+    O(context_in_event, conn); O(context_in_event, seq); O(context_in_event, flags);
+    O(context_in_event, trace_id);
+    printf("PROP %d %d %d %d %d %d %d %d\n", EV_CONTEXT_IN, PROP_OPT_KIND, PROP_EXID,
+           PROP_OPT_LEN, PROP_F_SAMPLED, PROP_SLOTS, PROP_MAX_CONNS, PROP_MAX_NETS);
+    printf("CNT_PROP %d %d %d %d %d\n", CNT_PROP_WRITTEN, CNT_PROP_NO_ROOM, CNT_PROP_RECEIVED,
+           CNT_PROP_REFUSED, CNT_PROP_UNTRUSTED_DST);
     return 0;
 }
 """
@@ -106,6 +116,53 @@ def test_constants(c_layout):
     assert int(c_layout["agent_config.wakeup_step"]) == 12 * 4  # the 13th
     assert int(c_layout["MAX_WIDE_KEYS"]) == abi.MAX_WIDE_KEYS
     assert abi.COUNTER_NAMES[int(c_layout["CNT_WIDENED"])] == "widened"
+
+
+def test_propagation_layouts(c_layout):
+    """The trace-context option's map keys and values, and its ring record."""
+    h = abi.HEADER.size
+    assert int(c_layout["prop_key"]) == abi.PROP_KEY.size == 40
+    assert (int(c_layout["prop_key.remote"]), int(c_layout["prop_key.local_port"]),
+            int(c_layout["prop_key.remote_port"]), int(c_layout["prop_key.family"])) == (
+                16, 32, 34, 36)
+    assert int(c_layout["prop_slot"]) == abi.PROP_SLOT.size == 32
+    assert (int(c_layout["prop_slot.seq"]), int(c_layout["prop_slot.order"]),
+            int(c_layout["prop_slot.flags"])) == (16, 20, 24)
+    assert int(c_layout["prop_pending"]) == abi.PROP_PENDING.size == abi.PROP_SLOTS * 32
+    assert int(c_layout["prop_net"]) == abi.PROP_NET.size
+    assert int(c_layout["prop_net.addr"]) == 4
+    assert int(c_layout["context_in_event"]) == abi.CONTEXT_IN.size
+    assert int(c_layout["context_in_event.conn"]) == h
+    assert int(c_layout["context_in_event.seq"]) == h + abi.PROP_KEY.size
+    assert int(c_layout["context_in_event.flags"]) == h + abi.PROP_KEY.size + 4
+    assert int(c_layout["context_in_event.trace_id"]) == h + abi.PROP_KEY.size + 8
+    assert c_layout["PROP"].split() == [str(v) for v in (
+        abi.EV_CONTEXT_IN, abi.PROP_OPT_KIND, abi.PROP_EXID, abi.PROP_OPT_LEN,
+        abi.PROP_F_SAMPLED, abi.PROP_SLOTS, abi.PROP_MAX_CONNS, abi.PROP_MAX_NETS)]
+    assert [abi.COUNTER_NAMES[int(i)] for i in c_layout["CNT_PROP"].split()] == [
+        "prop_written", "prop_no_room", "prop_received", "prop_refused", "prop_untrusted_dst"]
+
+
+def test_context_in_decodes_both_ways():
+    """An EV_CONTEXT_IN record -> ContextIn, by abi.decode and by the batch path (the
+    compiled decoder hands records it does not know back as bytes)."""
+    mapped = bytes(10) + b"\xff\xff"
+    rec = abi.CONTEXT_IN.pack(abi.EV_CONTEXT_IN, 0, 5000, mapped + bytes([10, 0, 0, 2]),
+                              mapped + bytes([10, 0, 0, 1]), 8080, 40000, 2, 0xDEADBEEF,
+                              abi.PROP_F_SAMPLED, bytes(range(16)))
+    want = abi.ContextIn(ts_ns=5000, family=2, local_addr="10.0.0.2", local_port=8080,
+                         remote_addr="10.0.0.1", remote_port=40000, seq=0xDEADBEEF,
+                         flags=abi.PROP_F_SAMPLED, trace_id=bytes(range(16)))
+    assert abi.decode(rec) == want and want.sampled
+    v6 = abi.CONTEXT_IN.pack(abi.EV_CONTEXT_IN, 0, 1, bytes(15) + b"\x01",
+                             b"\xfd\x77" + bytes(13) + b"\x01", 443, 5, 10, 7, 0, b"t" * 16)
+    ev = abi.decode(v6)
+    assert (ev.local_addr, ev.remote_addr, ev.family, ev.sampled) == ("::1", "fd77::1", 10,
+                                                                      False)
+    events, bad = abi.decode_batch([rec, v6, rec[:40]])
+    assert events == [want, ev] and bad == 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        want.seq = 1  # type: ignore[misc]
 
 
 def test_a_pipe_open_names_the_pipe_by_inode():

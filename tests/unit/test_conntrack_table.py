@@ -68,6 +68,24 @@ def test_server_request_response_becomes_one_span():
     assert stats.total("connections.tracked") == 1
 
 
+def test_a_context_record_between_a_connections_events_changes_nothing():
+    """EV_CONTEXT_IN records (the TCP option, receivers.ebpf.propagation) come in the same
+    ring; until the correlator takes them, the table passes over them."""
+    key = (10, 5, 1)
+    ctx = abi.ContextIn(ts_ns=12, family=2, local_addr="127.0.0.1", local_port=8000,
+                        remote_addr="127.0.0.1", remote_port=40000, seq=1000, flags=1,
+                        trace_id=bytes(16))
+    spans = []
+    for events in ([0, 1, 2], [0, "ctx", 1, "ctx", 2]):
+        t, _ = table()
+        w = Wire(key)
+        evs = {0: opened(key), 1: w.data(IN, REQ), 2: w.data(OUT, RESP)}
+        spans.append(t.handle([ctx if e == "ctx" else evs[e] for e in events]))
+    assert len(spans[0]) == len(spans[1]) == 1
+    assert (spans[0][0].name, spans[0][0].start_ns, spans[0][0].end_ns) == (
+        spans[1][0].name, spans[1][0].start_ns, spans[1][0].end_ns)
+
+
 def test_role_inferred_when_open_was_not_seen():
     t, _ = table()
     w = Wire((11, 6, 2))

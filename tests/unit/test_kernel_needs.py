@@ -30,12 +30,14 @@ def test_configured_features_name_the_key_that_turns_each_on():
     assert configured_features(_cfg("receivers: {ebpf: {tls: {openssl: false}}}")) == {
         "socket capture (traces, metrics)": "receivers.ebpf"}
     assert configured_features(_cfg(PROFILES + "receivers: {ebpf: {gpu: {enabled: true}, "
-                                    "rdma: {enabled: true}}}")) == {
+                                    "rdma: {enabled: true}, "
+                                    "propagation: {enabled: true}}}")) == {
         "socket capture (traces, metrics)": "receivers.ebpf",
         "TLS (OpenSSL uprobes)": "receivers.ebpf.tls.openssl",
         "CPU profiles": "service.pipelines.profiles/cpu",
         "GPU memory (CUDA uprobes)": "receivers.ebpf.gpu.enabled",
         "RDMA and NCCL (uprobes)": "receivers.ebpf.rdma.enabled",
+        "trace context TCP option (sock_ops)": "receivers.ebpf.propagation.enabled",
     }
 
 
@@ -65,10 +67,22 @@ def test_a_need_that_could_not_be_probed_is_not_held_against_the_kernel():
 
 
 def test_every_feature_needs_at_least_the_ring_buffer_kernel():
-    # the README's requirements: 5.8 for everything, 5.17 for CPU profiles and GPU memory
+    # the README's requirements: 5.8 for everything, 5.17 for CPU profiles and GPU memory,
+    # 5.10 for the TCP option
     versions = {f: max(tuple(map(int, n.since.split("."))) for n in needs)
                 for f, needs in FEATURE_NEEDS.items()}
     assert versions == {
         "socket capture (traces, metrics)": (5, 8), "TLS (OpenSSL uprobes)": (5, 8),
         "CPU profiles": (5, 17), "GPU memory (CUDA uprobes)": (5, 17),
-        "RDMA and NCCL (uprobes)": (5, 8)}
+        "RDMA and NCCL (uprobes)": (5, 8), "trace context TCP option (sock_ops)": (5, 10)}
+
+
+def test_the_tcp_option_on_a_kernel_without_header_option_helpers_is_refused():
+    features = configured_features(_cfg("receivers: {ebpf: {propagation: {enabled: true}}}"))
+    lines = unmet_needs(features, _supported(bpf_reserve_hdr_opt=False, bpf_load_hdr_opt=False),
+                        kernel="5.8.0")
+    assert lines == [
+        "trace context TCP option (sock_ops) (receivers.ebpf.propagation.enabled) needs "
+        "bpf_reserve_hdr_opt in sock_ops programs (Linux 5.10+), bpf_load_hdr_opt in sock_ops "
+        "programs (Linux 5.10+); this kernel, 5.8.0, lacks it: run on Linux 5.10 or later, "
+        "or turn receivers.ebpf.propagation.enabled off"]
