@@ -16,6 +16,7 @@ from otel_ebpf.config import SIGNALS, Config
 from otel_ebpf.conntrack.nat import NatLookup
 from otel_ebpf.conntrack.table import ConnTable
 from otel_ebpf.correlate import Correlator, assign_ids
+from otel_ebpf.correlate.propagation import RemoteContexts
 from otel_ebpf.correlate.sampling import HeadSampler
 from otel_ebpf.export.factory import (
     DisabledExporter,
@@ -25,7 +26,7 @@ from otel_ebpf.export.factory import (
 )
 from otel_ebpf.export.pipeline import MetricsPipeline, TracePipeline
 from otel_ebpf.export.span_metrics import SpanMetrics, gather_instruments
-from otel_ebpf.kernel.abi import ConnOpen, ProcessExec, ProcessExit, ProcessFork
+from otel_ebpf.kernel.abi import ConnOpen, ContextIn, ProcessExec, ProcessExit, ProcessFork
 from otel_ebpf.kernel.asyncio_probes import calls_out
 from otel_ebpf.kernel.libbpf import LibbpfLog
 from otel_ebpf.kernel.propagation import PropagationSettings
@@ -140,6 +141,9 @@ class Agent:
         self.registry = Registry.from_config(r.protocols_enabled, r.plugin_options())
         self.correlator = Correlator(self.stats, int(r.correlation_window_s * 1e9),
                                      r.correlation_headers, max_requests=r.max_connections * 4)
+        # one trace across hosts: contexts to and from the TCP option (propagation.enabled)
+        self.remote = RemoteContexts(self.correlator) if r.propagation_enabled else None
+        self._arrived: list[tuple[tuple[str, int, str, int, int], bytes, bool]] = []
         # conntrack, for client connections through NAT (correlation.nat)
         self.nat = NatLookup(self.stats) if r.correlation_nat else None
         self.table = ConnTable(self.registry, self.stats, r.max_connections,
@@ -307,10 +311,32 @@ class Agent:
             self.tracer.mute(self.table.to_mute)
             self.table.to_mute.clear()
         self.correlator.observe(self.table.observed)
+        if self.remote is not None:
+            self._exchange_contexts()
         if self.server_threads is not None:
             self.server_threads.observe(self.table.observed)
         self.table.observed.clear()
         return self.correlator.on_spans(spans)
+
+    def _exchange_contexts(self) -> None:
+        """After the requests of a batch are decided: the contexts that arrived settle the
+        server requests they name; the trace of each new call to another host goes to the
+        kernel, for the connection's next segment."""
+        remote, arrived = self.remote, self._arrived
+        if arrived:
+            remote.incoming(arrived)
+            self.stats.add("propagation.contexts", len(arrived), outcome="received")
+            self._arrived = []
+        else:
+            remote.resolve()
+        carrier, conns = self.tracer.propagation, self.table.conns
+        for out in remote.outgoing():
+            conn = conns.get(out.conn_key)
+            info = None if conn is None else conn.info  # None: closed, its segments gone
+            sent = info is not None and carrier is not None and carrier.send(
+                info.local_addr, info.local_port, info.remote_addr, info.remote_port,
+                out.key[4], out.trace_id, out.sampled)
+            self.stats.add("propagation.contexts", outcome="sent" if sent else "unsent")
 
     def _new_processes(self, events: list) -> None:
         """A process's first connection: read its resource now (short-lived clients such as
@@ -345,6 +371,11 @@ class Agent:
                 self.span_metrics.forget(ev.pid)
             elif kind is ProcessFork and tasks is not None:
                 tasks.forked(ev.pid)
+            elif kind is ContextIn and self.remote is not None:
+                # the request it names as this server sees it: client end, server end, seq
+                self._arrived.append(((ev.remote_addr, ev.remote_port, ev.local_addr,
+                                       ev.local_port, ev.seq), ev.trace_id,
+                                      bool(ev.flags & 1)))
 
     def _emit(self, spans: list) -> None:
         if not spans:
@@ -374,6 +405,12 @@ class Agent:
         self.stats.set_total("kernel.truncations", sum(counters["truncated"]))
         self.stats.set_total("kernel.widened", sum(counters["widened"]))
         self.stats.set_total("kernel.muted", sum(counters["muted"]))
+        if self.tracer.propagation is not None:
+            kernel = self.tracer.propagation.counters()
+            for name, event in (("prop_written", "written"), ("prop_no_room", "no_room"),
+                                ("prop_received", "received"), ("prop_refused", "refused"),
+                                ("prop_untrusted_dst", "untrusted_destination")):
+                self.stats.set_total("propagation.options", kernel.get(name, 0), event=event)
         self.stats.set_total("tls.unbound", sum(counters["tls_unbound"]))
         self.stats.set_total("tls.uncovered", len(self.tracer.ssl.static_uncovered))
         tasks = self.tracer.asyncio

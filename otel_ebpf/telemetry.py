@@ -39,6 +39,13 @@ COUNTERS: dict[str, tuple[str, str]] = {
     "correlation.decided": ("{span}", "Spans whose trace and parent were decided, by evidence"),
     "correlation.ambiguous": ("{span}", "Outbound calls left a root: several requests could be the parent"),
     "correlation.evicted": ("{request}", "Requests forgotten before their span came (table full)"),
+    "propagation.contexts": ("{context}", "Trace contexts exchanged with other hosts' agents "
+                             "in the TCP option, by outcome (sent: handed to the kernel for a "
+                             "call's connection, unsent: its connection gone or its peer "
+                             "untrusted or 4 pending, received)"),
+    "propagation.options": ("{option}", "TCP options by what the kernel did (written, no_room: "
+                            "a segment without room, received, refused: from an untrusted "
+                            "source, untrusted_destination: a connection never written to)"),
     "nat.lookups": ("{connection}", "Client connections looked up in conntrack, by result "
                     "(translated: NAT changed it, untranslated, absent: no entry, failed, "
                     "skipped: over the lookups a second)"),

@@ -74,7 +74,8 @@ def _cidr(text: str) -> bool:
 
 
 _PROPAGATION = _Map({
-    # off for now: what it carries is used once the correlator sends and reads it
+    # off by default: it needs the agents of both hosts, and with it a request from another
+    # host waits up to twice the correlation window for the context its client sends
     "enabled": _Bool(False),
     "trusted_networks": _List(
         _Str(expected="a network in CIDR notation without host bits, like 10.0.0.0/8 or "

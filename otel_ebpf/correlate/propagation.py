@@ -37,7 +37,7 @@ class OutgoingContext:
     sampled: bool = True
 
 
-class Propagation:
+class RemoteContexts:
     """Between a Correlator and the kernel's option carrier: `outgoing()` after each batch of
     frames gives the contexts to send; `incoming()` takes the contexts that arrived."""
 
@@ -77,9 +77,9 @@ class Propagation:
             if trace is None:
                 continue
             del self._undecided[key]
-            # its server end joins its trace: no link to the derived pair (whose span ID is
-            # its own now); a lost option leaves the server's trace a derived root
-            req.matched = True
+            # its span keeps its link to the derived pair: a context that never reaches the
+            # server (no segment after it within the server's wait: a connection left idle
+            # right after its last answer) leaves the server a derived root, found by it
             out.append(OutgoingContext(key, req.conn_key, trace))
         while len(self._undecided) > MAX_KEPT:
             self._undecided.popitem(last=False)
@@ -112,4 +112,4 @@ class Propagation:
                 server.evidence, server.decided = EVIDENCE, True
 
 
-__all__ = ["ATTRIBUTE", "EVIDENCE", "OutgoingContext", "Propagation"]
+__all__ = ["ATTRIBUTE", "EVIDENCE", "OutgoingContext", "RemoteContexts"]

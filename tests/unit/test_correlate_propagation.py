@@ -1,11 +1,11 @@
 """Two hosts' correlators joined by what the TCP option carries: the client host's
-Propagation says which contexts to send, the server host's takes them; the server's span
+RemoteContexts says which contexts to send, the server host's takes them; the server's span
 becomes a child of the client span in the client's trace."""
 
 from __future__ import annotations
 
 from otel_ebpf.correlate.joiner import Correlator, derived_ids
-from otel_ebpf.correlate.propagation import EVIDENCE, Propagation
+from otel_ebpf.correlate.propagation import EVIDENCE, RemoteContexts
 from otel_ebpf.protocols.base import ConnInfo, Direction, Frame, NeutralSpan, Role, SpanKind
 from otel_ebpf.telemetry import Stats
 
@@ -39,10 +39,10 @@ MODEL_IN = conn(2, 7, Role.SERVER, B, 8000, A, 41000)
 SEQ = 123_456
 
 
-def _gateway() -> tuple[Correlator, Propagation, NeutralSpan, NeutralSpan]:
+def _gateway() -> tuple[Correlator, RemoteContexts, NeutralSpan, NeutralSpan]:
     """Host A: a request comes in and, on its thread, a call goes out to host B."""
     c = Correlator(Stats())
-    p = Propagation(c)
+    p = RemoteContexts(c)
     c.on_frames([(CALLER, frame(EGRESS, 5, 6, tid=1, seq=1)),
                  (GATEWAY_IN, frame(INGRESS, 10, 20, tid=9, seq=1)),
                  (GATEWAY_OUT, frame(EGRESS, 30, 31, tid=9, seq=SEQ))], now_ns=0)
@@ -55,7 +55,7 @@ def test_the_server_host_joins_the_client_hosts_trace():
     assert [o.key for o in sent] == [(A, 41000, B, 8000, SEQ)]
     assert gw_prop.outgoing() == []  # each request once
     model = Correlator(Stats())
-    model_prop = Propagation(model)
+    model_prop = RemoteContexts(model)
     model.on_frames([(MODEL_IN, frame(INGRESS, 40, 50, tid=3, seq=SEQ))], now_ns=0)
     served = span(MODEL_IN)
     assert model.on_spans([served], now_ns=0) == []  # waits for its client end
@@ -68,14 +68,17 @@ def test_the_server_host_joins_the_client_hosts_trace():
     assert served.parent_span_id == outbound.span_id
     assert outbound.parent_span_id == inbound.span_id
     assert served.attributes["otel_ebpf.correlation"] == EVIDENCE
-    assert not outbound.links  # one trace: no link to a derived pair
+    # the link to the derived pair stays: where the context is lost, the server's trace is
+    # that pair's
+    assert [(link.trace_id, link.span_id) for link in outbound.links] == \
+        [derived_ids((A, 41000, B, 8000, SEQ))]
 
 
 def test_a_context_that_overtakes_the_servers_read_waits_for_it():
     gw, gw_prop, _, _ = _gateway()
     sent = gw_prop.outgoing()
     model = Correlator(Stats())
-    model_prop = Propagation(model)
+    model_prop = RemoteContexts(model)
     model_prop.incoming([(o.key, o.trace_id, o.sampled) for o in sent])
     model.on_frames([(MODEL_IN, frame(INGRESS, 40, 50, tid=3, seq=SEQ))], now_ns=0)
     model_prop.resolve()
@@ -88,7 +91,7 @@ def test_a_call_whose_parent_still_waits_is_sent_once_its_trace_is_known():
     """A middle hop: its server request waits for its own caller's context; the call it
     makes meanwhile is sent when that context arrives, in that trace."""
     hop = Correlator(Stats())
-    prop = Propagation(hop)
+    prop = RemoteContexts(hop)
     hop_in = conn(2, 7, Role.SERVER, B, 8000, A, 41000)
     hop_out = conn(2, 8, Role.CLIENT, B, 42000, "10.244.3.4", 9000)
     hop.on_frames([(hop_in, frame(INGRESS, 40, 50, tid=3, seq=SEQ)),
@@ -103,7 +106,7 @@ def test_a_call_whose_parent_still_waits_is_sent_once_its_trace_is_known():
 
 def test_loopback_calls_and_calls_answered_here_send_nothing():
     c = Correlator(Stats())
-    p = Propagation(c)
+    p = RemoteContexts(c)
     local_out = conn(1, 5, Role.CLIENT, "127.0.0.1", 41000, "127.0.0.1", 8000)
     c.on_frames([(local_out, frame(EGRESS, 30, 31, tid=9, seq=5))], now_ns=0)
     assert p.outgoing() == []
@@ -121,7 +124,7 @@ def test_a_remote_callers_request_waits_twice_the_window_then_derives():
     from this host's loopback only the window."""
     window = 2_000_000_000
     c = Correlator(Stats(), window_ns=window)
-    Propagation(c)
+    RemoteContexts(c)
     local_in = conn(2, 8, Role.SERVER, "127.0.0.1", 8000, "127.0.0.1", 41001)
     c.on_frames([(MODEL_IN, frame(INGRESS, 40, 50, tid=3, seq=SEQ)),
                  (local_in, frame(INGRESS, 40, 50, tid=3, seq=99))], now_ns=0)
