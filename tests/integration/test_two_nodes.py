@@ -27,20 +27,20 @@ SPANS_WAIT_S = 60.0  # after the load: a server span waits the correlation windo
 SERVER_KIND = 2
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def traced_nodes(workdir: Path, overrides=lambda node: None):
+    """Two nodes, an agent each (`overrides(node)`: its config's overrides), the gateway ->
+    server topology; yields (node A, node B, topology, [agent A, agent B])."""
     require_kernel()
     why = require_tools()
     if why:
         if REQUIRE_BPF:
             pytest.fail(why)
         pytest.skip(why)
-    workdir = tmp_path_factory.mktemp("two-nodes")
     with two_nodes() as (a, b):
         agents, topo = [], None
         try:
-            agents = [start_node_agent(a, workdir / "agent-a"),
-                      start_node_agent(b, workdir / "agent-b")]
+            agents = [start_node_agent(a, workdir / "agent-a", overrides(a)),
+                      start_node_agent(b, workdir / "agent-b", overrides(b))]
             wait_ready(*agents)
             topo = start_topology(a, b, workdir)
             yield a, b, topo, agents
@@ -49,6 +49,11 @@ def cluster(tmp_path_factory):
                 agent.stop()
             if topo is not None:
                 topo.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    yield from traced_nodes(tmp_path_factory.mktemp("two-nodes"))
 
 
 def _spans_of(agent, rids: set[str], predicate) -> list:

@@ -9,45 +9,26 @@ from __future__ import annotations
 
 import pytest
 
-from bench.two_nodes import UPSTREAM_PATH, _rid, score, start_topology
-from tests.support.nodes import require_tools, start_node_agent, two_nodes, wait_ready
+from bench.two_nodes import UPSTREAM_PATH, _rid, score
 
-from .conftest import REQUIRE_BPF, read_metrics, read_spans, require_kernel
-from .test_two_nodes import SERVER_KIND, _spans_of
+from .conftest import read_metrics, read_spans
+from .test_two_nodes import SERVER_KIND, _spans_of, traced_nodes
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(900)]
 REQUESTS = 100
 
 
 def _propagating(node) -> dict:
+    if node.cgroup is None:
+        pytest.fail("no cgroup v2 here: each agent's TCP option program needs its node's")
     return {"receivers": {"ebpf": {"propagation": {"enabled": True,
                                                    "cgroup": str(node.cgroup)}}}}
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    require_kernel()
-    why = require_tools()
-    if why:
-        if REQUIRE_BPF:
-            pytest.fail(why)
-        pytest.skip(why)
-    workdir = tmp_path_factory.mktemp("two-nodes-one-trace")
-    with two_nodes() as (a, b):
-        if a.cgroup is None or b.cgroup is None:
-            pytest.fail("no cgroup v2 here: each agent's TCP option program needs its node's")
-        agents, topo = [], None
-        try:
-            agents = [start_node_agent(a, workdir / "agent-a", _propagating(a)),
-                      start_node_agent(b, workdir / "agent-b", _propagating(b))]
-            wait_ready(*agents)
-            topo = start_topology(a, b, workdir)
-            yield a, b, topo, agents
-        finally:
-            for agent in agents:
-                agent.stop()
-            if topo is not None:
-                topo.stop()
+    nodes = traced_nodes(tmp_path_factory.mktemp("two-nodes-one-trace"), _propagating)
+    yield from nodes
 
 
 @pytest.mark.parametrize("concurrency", [1, 16])
