@@ -17,6 +17,8 @@ import pytest
 from tests.support.processes import stop_process
 from tests.support.wallclock import slack_ns
 
+from tests.support.wallclock import WRITE_RETURN_NS
+
 from .conftest import REPO, Span, free_port, wait_port
 
 pytestmark = pytest.mark.kernel
@@ -93,7 +95,7 @@ def check_call(spans: list[Span], call: dict, port: int) -> tuple[Span, Span]:
     assert server.attrs["client.port"] == server.attrs["network.peer.port"]
     # the server handled the call inside the client's wait for it
     assert client.start <= server.start
-    assert server.end <= client.end
+    assert server.end <= client.end + WRITE_RETURN_NS
     # one trace: the server span's parent is the client span (same TCP sequence number)
     assert server.trace_id == client.trace_id and server.parent_span_id == client.span_id
     return client, server
@@ -220,7 +222,7 @@ def test_plain_http2_with_httpx_and_hypercorn(start_agent, h2_server):
         assert client.attrs["user_agent.original"].startswith("python-httpx/")
         assert server.resource["service.name"] == "test-h2-server"
         assert client.start <= server.start
-        assert server.end <= client.end
+        assert server.end <= client.end + WRITE_RETURN_NS
         assert server.trace_id == client.trace_id and server.parent_span_id == client.span_id
         if method == "POST":
             assert client.attrs["http.request.body.size"] == 100

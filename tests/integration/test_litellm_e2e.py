@@ -30,6 +30,8 @@ from tests.support.litellm_proxy import (
 )
 from tests.support.openai_server import openai_server
 
+from tests.support.wallclock import WRITE_RETURN_NS
+
 from .conftest import REPO, Span, require_peer
 
 # every wait below is bounded on its own, for a loaded machine: LiteLLM's start (10-30 s
@@ -194,7 +196,7 @@ def test_litellm_streams_give_four_span_traces(start_agent, servers):
         # the gateway's call made after its request began
         for outer, inner in ((app, gw_server), (gw_client, up_server)):
             assert outer.start <= inner.start, context
-            assert inner.end <= outer.end + 200_000, context
+            assert inner.end <= outer.end + WRITE_RETURN_NS, context
         assert gw_server.start <= gw_client.start, context
     assert seen_ids == answered
     means = [statistics.fmean(t[hop].attrs[TTFT] for t in traces.values()) * 1e3

@@ -13,6 +13,8 @@ import pytest
 
 from tests.integration.peers.dds_peer import discovery_ports, peer_env, pick_domain
 
+from tests.support.wallclock import WRITE_RETURN_NS
+
 from .conftest import REPO, Span
 
 pytestmark = pytest.mark.kernel
@@ -128,4 +130,4 @@ def test_service_call_pairs_request_and_reply(ros_agent, domain):
         assert "/add_two_ints" in c.name
         s = servers[c.span_id]  # the server's span is the client's child
         assert s.trace_id == c.trace_id
-        assert c.start <= s.start and s.end <= c.end
+        assert c.start <= s.start and s.end <= c.end + WRITE_RETURN_NS

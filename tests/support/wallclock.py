@@ -31,3 +31,10 @@ def start_watch() -> None:
 def slack_ns(base_ns: int) -> int:
     """base_ns plus how far the wall clock moved since the test started."""
     return base_ns + abs(wall_offset_ns() - _baseline[0])
+
+
+# A span's answer ends at the return of the write that sent its last byte, and the peer may
+# read those bytes before that write returns (the writer preempted after the copy): a server
+# span may end after its client span on the kernel clock itself, by the rest of that write.
+# Not a clock move: nesting checks of span ends allow this much, their starts none.
+WRITE_RETURN_NS = 5_000_000
