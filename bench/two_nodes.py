@@ -283,8 +283,8 @@ def run(requests_n: int, levels: list[int], routes: list[str], workdir: Path,
             env = None if agent_tree is None else {
                 **os.environ, "PYTHONPATH": str(agent_tree),
                 "OTEL_EBPF_BPF_DIR": str(agent_tree / "bpf" / "build")}
-            agents = [start_node_agent(a, workdir / "agent-a", overrides, env=env),
-                      start_node_agent(b, workdir / "agent-b", overrides, env=env)]
+            agents = [start_node_agent(n, workdir / f"agent-{n.name}",
+                                       node_overrides(n, overrides), env=env) for n in (a, b)]
             wait_ready(*agents)
             topo = start_topology(a, b, workdir)
             for route in routes:
@@ -303,6 +303,22 @@ def run(requests_n: int, levels: list[int], routes: list[str], workdir: Path,
     spans_a, spans_b = read_spans(agents[0].traces), read_spans(agents[1].traces)
     scores = {key: score(rids, spans_a, spans_b) for key, rids in sent.items()}
     return scores, nat_lookups(agents[0].traces)
+
+
+def node_overrides(node, overrides: dict | None) -> dict | None:
+    """A node's agent config: `overrides`, and with propagation on, its TCP option program
+    on the node's own cgroup (a DaemonSet's agent covers its node; two agents on one kernel
+    must not both cover every socket)."""
+    prop = ((overrides or {}).get("receivers", {}).get("ebpf", {}).get("propagation", {}))
+    if not prop.get("enabled") or "cgroup" in prop:
+        return overrides
+    if node.cgroup is None:
+        raise RuntimeError("propagation needs a cgroup v2 per node, and there is none here")
+    import copy
+
+    out = copy.deepcopy(overrides)
+    out["receivers"]["ebpf"]["propagation"]["cgroup"] = str(node.cgroup)
+    return out
 
 
 def _parse_set(items: list[str]) -> dict:

@@ -144,7 +144,8 @@ class Agent:
         self.correlator = Correlator(self.stats, int(r.correlation_window_s * 1e9),
                                      r.correlation_headers, max_requests=r.max_connections * 4)
         # one trace across hosts: contexts to and from the TCP option (propagation.enabled)
-        self.remote = RemoteContexts(self.correlator) if r.propagation_enabled else None
+        self.remote = RemoteContexts(self.correlator, int(r.propagation_wait_s * 1e9)) \
+            if r.propagation_enabled else None
         self._arrived: list[tuple[tuple[str, int, str, int, int], bytes, bool]] = []
         # conntrack, for client connections through NAT (correlation.nat)
         self.nat = NatLookup(self.stats) if r.correlation_nat else None
@@ -273,7 +274,12 @@ class Agent:
         if self.remote is not None:
             # a call's context rides its connection's next segment after the call is read
             # here: read soon enough that a short answer's ACKs are still to come
-            poll_ms = min(poll_ms, PROPAGATION_POLL_MS)
+            if poll_ms > PROPAGATION_POLL_MS:
+                log.info("ring buffer read every %d ms, not %d: with trace context "
+                         "propagation on, a call's context must reach the kernel before its "
+                         "connection's segments after the answer are sent", PROPAGATION_POLL_MS,
+                         poll_ms)
+                poll_ms = PROPAGATION_POLL_MS
         retire_probes = self.cfg.receiver.correlation_asyncio_tasks
         next_sweep = time.monotonic() + SWEEP_INTERVAL_S
         while not self._stop.is_set():
@@ -329,20 +335,28 @@ class Agent:
         server requests they name; the trace of each new call to another host goes to the
         kernel, for the connection's next segment."""
         remote, arrived = self.remote, self._arrived
+        now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         if arrived:
-            remote.incoming(arrived)
+            remote.incoming(arrived, now)
             self.stats.add("propagation.contexts", len(arrived), outcome="received")
             self._arrived = []
         else:
-            remote.resolve()
+            remote.resolve(now)
         carrier, conns = self.tracer.propagation, self.table.conns
+        sent = unsent = 0
         for out in remote.outgoing():
             conn = conns.get(out.conn_key)
             info = None if conn is None else conn.info  # None: closed, its segments gone
-            sent = info is not None and carrier is not None and carrier.send(
-                info.local_addr, info.local_port, info.remote_addr, info.remote_port,
-                out.key[4], out.trace_id, out.sampled)
-            self.stats.add("propagation.contexts", outcome="sent" if sent else "unsent")
+            if info is not None and carrier is not None and carrier.send(
+                    info.local_addr, info.local_port, info.remote_addr, info.remote_port,
+                    out.key[4], out.trace_id, out.sampled):
+                sent += 1
+            else:
+                unsent += 1
+        if sent:  # counted per batch: Stats.add takes a lock
+            self.stats.add("propagation.contexts", sent, outcome="sent")
+        if unsent:
+            self.stats.add("propagation.contexts", unsent, outcome="unsent")
 
     def _new_processes(self, events: list) -> None:
         """A process's first connection: read its resource now (short-lived clients such as

@@ -42,7 +42,8 @@ COUNTERS: dict[str, tuple[str, str]] = {
     "propagation.contexts": ("{context}", "Trace contexts exchanged with other hosts' agents "
                              "in the TCP option, by outcome (sent: handed to the kernel for a "
                              "call's connection, unsent: its connection gone or its peer "
-                             "untrusted or 4 pending, received)"),
+                             "untrusted or 4 pending, received, unmatched: received but no "
+                             "server request waited for it, its request already settled)"),
     "propagation.options": ("{option}", "TCP options by what the kernel did (written, no_room: "
                             "a segment without room, received, refused: from an untrusted "
                             "source, untrusted_destination: a connection never written to)"),

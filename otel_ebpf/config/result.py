@@ -102,6 +102,7 @@ class EbpfReceiver:
     propagation_enabled: bool = _key("propagation", "enabled")
     propagation_trusted_networks: tuple[str, ...] = _key("propagation", "trusted_networks",
                                                          convert=tuple)
+    propagation_wait_s: float = _key("propagation", "wait")
     propagation_cgroup: str = _key("propagation", "cgroup")  # "": the cgroup2 root
     profiling_frequency: int = _key("profiling", "frequency")
     profiling_interval_s: float = _key("profiling", "interval")

@@ -82,6 +82,10 @@ _PROPAGATION = _Map({
              "fc00::/7", valid=_cidr),
         "a list of networks in CIDR notation", DEFAULT_TRUSTED_NETWORKS,
         max_items=_MAX_TRUSTED_NETWORKS),
+    # how long a request on a connection that has carried contexts waits for its own (it
+    # comes with the connection's next segment: the next request, or the FIN when the
+    # connection idles out; uvicorn and httpx close idle ones after 5 s); then its link
+    "wait": _Duration("0s", "10m", "10s"),
     # the cgroup v2 directory whose sockets (and its descendants') are covered
     "cgroup": _Str("", expected="a cgroup v2 directory path, or '' (the cgroup2 root)",
                    takes_empty=True),

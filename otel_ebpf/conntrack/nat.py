@@ -50,6 +50,8 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
+from otel_ebpf.kernel.abi import is_loopback
+
 if TYPE_CHECKING:
     from otel_ebpf.protocols.base import ConnInfo
     from otel_ebpf.telemetry import Stats
@@ -90,10 +92,7 @@ def wanted(info: ConnInfo) -> bool:
             or not info.remote_port or not info.local_port:
         return False
     remote = info.remote_addr
-    # the agent writes addresses in their canonical text (kernel/abi.py format_addr: an
-    # IPv4-mapped IPv6 address as IPv4), so loopback is 127.0.0.0/8 or ::1
-    return bool(remote) and remote != info.local_addr and not remote.startswith("127.") \
-        and remote != "::1"
+    return remote != info.local_addr and not is_loopback(remote)
 
 
 def _nla(kind: int, payload: bytes) -> bytes:

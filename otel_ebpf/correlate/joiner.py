@@ -28,7 +28,7 @@ from random import getrandbits as _getrandbits
 from otel_ebpf import _fast
 from otel_ebpf.conntrack.table import LastRead as TaskRead
 from otel_ebpf.correlate.ids import random_id
-from otel_ebpf.kernel.abi import TaskNew
+from otel_ebpf.kernel.abi import TaskNew, is_loopback
 from otel_ebpf.protocols.base import (
     ConnInfo,
     Direction,
@@ -147,12 +147,18 @@ class Correlator:
         self.requests: OrderedDict[tuple[tuple[int, int, int], int], Request] = OrderedDict()
         self.clients: OrderedDict[WireKey, Request] = OrderedDict()  # awaiting their server
         self.waiting: OrderedDict[WireKey, Request] = OrderedDict()  # servers awaiting client
-        # with context propagation on (correlate/propagation.py): a server request from a
-        # peer that is not this host's loopback waits up to this long for the context its
-        # client's host sends, past the window (that host may have waited the window itself
-        # for the trace of the request the call was made for), here once the window passed
-        self.remote_window_ns = window_ns
+        # with context propagation on (correlate/propagation.py), a server request from a
+        # peer that is not this host's loopback, once the window passed, waits on for the
+        # context its client's host sends: up to `remote_window_ns` in `waiting_remote`
+        # (that host may have waited the window itself for the trace of the request the
+        # call was made for), or, on a connection that has carried a context before (its
+        # client's agent sends them: one will come, with the connection's next segment), up
+        # to `context_wait_ns` in `waiting_context`
+        self.remote_window_ns = self.context_wait_ns = window_ns
         self.waiting_remote: OrderedDict[WireKey, Request] = OrderedDict()
+        self.waiting_context: OrderedDict[WireKey, Request] = OrderedDict()
+        # the connections (client address, port, server address, port) that carried one
+        self.context_conns: OrderedDict[tuple[str, int, str, int], None] = OrderedDict()
         # server requests by pid, by identity: one leaves in O(1) when its span comes
         self.open: defaultdict[int, dict[int, Request]] = defaultdict(dict)
         # server requests whose response has not begun, by connection: a response finds its
@@ -418,20 +424,24 @@ class Correlator:
             if server.seen_ns > deadline:
                 break
             del self.waiting[key]
-            if longer and not _loopback(key[0]):
-                self.waiting_remote[key] = server
+            if longer and not is_loopback(key[0]):
+                # each stage keeps its requests in the order they were seen: the ones
+                # leaving `waiting` do so in that order
+                if key[:4] in self.context_conns:
+                    self.waiting_context[key] = server
+                else:
+                    self.waiting_remote[key] = server
                 continue
-            # no client end here: the other host's agent derives the same IDs
-            server.remote_parent, server.evidence = derived_ids(key), "derived"
-            server.decided = True
-        deadline = now_ns - self.remote_window_ns
-        while self.waiting_remote:
-            key, server = next(iter(self.waiting_remote.items()))
-            if server.seen_ns > deadline:
-                break
-            del self.waiting_remote[key]
-            server.remote_parent, server.evidence = derived_ids(key), "derived"
-            server.decided = True
+            _derive(key, server)
+        for waiting, wait_ns in ((self.waiting_remote, self.remote_window_ns),
+                                 (self.waiting_context, self.context_wait_ns)):
+            deadline = now_ns - wait_ns
+            while waiting:
+                key, server = next(iter(waiting.items()))
+                if server.seen_ns > deadline:
+                    break
+                del waiting[key]
+                _derive(key, server)
         retention = now_ns - max(CLIENT_RETENTION_NS, self.window_ns)
         while self.clients and next(iter(self.clients.values())).seen_ns <= retention:
             self.clients.popitem(last=False)
@@ -441,10 +451,9 @@ class Correlator:
 
     def flush(self) -> list[NeutralSpan]:
         """At shutdown: settle everything with what is known."""
-        for waiting in (self.waiting, self.waiting_remote):
+        for waiting in (self.waiting, self.waiting_remote, self.waiting_context):
             for key, server in waiting.items():
-                server.remote_parent, server.evidence = derived_ids(key), "derived"
-                server.decided = True
+                _derive(key, server)
             waiting.clear()
         return self._release(force=True)
 
@@ -492,9 +501,10 @@ class Correlator:
         return True
 
 
-def _loopback(address: str) -> bool:
-    """Whether a request's client address is this host's loopback (or a Unix socket)."""
-    return address.startswith("127.") or address in ("::1", "") or address.startswith("/")
+def _derive(key: WireKey, server: Request) -> None:
+    """No client end here, and no context came: the IDs the client's agent derives alike."""
+    server.remote_parent, server.evidence = derived_ids(key), "derived"
+    server.decided = True
 
 
 def _trace_of(req: Request) -> bytes | None:

@@ -7,9 +7,11 @@ from the connection as the server sees it and the TCP sequence number of the req
 byte (joiner.derived_ids), so the option carries only the trace ID, that sequence number and
 the sampled flag. The option rides the connection's next segment after the client's agent
 decided the trace (the kernel cannot know it when the request's first byte leaves: the
-parent is decided here, from evidence read after the fact); the server's agent holds the
-request's span for the correlation window meanwhile, as it does for a client end that may be
-a moment behind in the ring.
+parent is decided here, from evidence read after the fact). The server's agent holds the
+request's span meanwhile: twice the correlation window on a connection no context has come
+by yet, and up to `propagation.wait` on one that has carried contexts before (its client's
+agent sends them, so one will come, with the next request, an ACK, or the FIN that closes
+the connection once it idles).
 """
 
 from __future__ import annotations
@@ -17,12 +19,16 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from .joiner import ATTRIBUTE, Correlator, Request, WireKey, _loopback, _trace_of, derived_ids
+from otel_ebpf.kernel.abi import is_loopback
+
+from .joiner import ATTRIBUTE, Correlator, Request, WireKey, _now, _trace_of, derived_ids
 
 EVIDENCE = "tcp_option"
 # contexts that came before their server request was read (the option can overtake the
-# server's read of the request it names), and requests whose trace is not known yet
+# server's read of the request it names), requests whose trace is not known yet, connections
+# that carried contexts
 MAX_KEPT = 65_536
+DEFAULT_WAIT_NS = 10_000_000_000  # propagation.wait's default: past common idle timeouts
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,15 +47,19 @@ class RemoteContexts:
     """Between a Correlator and the kernel's option carrier: `outgoing()` after each batch of
     frames gives the contexts to send; `incoming()` takes the contexts that arrived."""
 
-    def __init__(self, correlator: Correlator) -> None:
+    def __init__(self, correlator: Correlator, wait_ns: int = DEFAULT_WAIT_NS) -> None:
         self.correlator = correlator
         # a hop's server request may wait the window for its own caller's trace before its
-        # calls' contexts leave: the next host waits twice as long for them
+        # calls' contexts leave: the next host waits twice as long for them, and as long as
+        # `wait_ns` where the connection's contexts are known to come (Correlator.expire)
         correlator.remote_window_ns = 2 * correlator.window_ns
+        correlator.context_wait_ns = max(wait_ns, correlator.remote_window_ns)
         self._seen: OrderedDict[WireKey, None] = OrderedDict()  # client requests looked at
         self._undecided: OrderedDict[WireKey, Request] = OrderedDict()  # trace not known yet
-        self._arrived: OrderedDict[WireKey, tuple[bytes, bool]] = OrderedDict()
-        self.sent = self.received = 0
+        # contexts not matched to a server request yet, with when they came: kept a window
+        # (a request is read within moments of its context), then counted as unmatched
+        self._arrived: OrderedDict[WireKey, tuple[bytes, bool, int]] = OrderedDict()
+        self.sent = self.received = self.unmatched = 0
 
     # ---- the client's side ------------------------------------------------------------
 
@@ -63,7 +73,7 @@ class RemoteContexts:
                 break  # the rest were looked at before (new ones are appended)
             seen[key] = None
             req = self.correlator.clients[key]
-            if not _loopback(key[2]):
+            if not is_loopback(key[2]):
                 # named now, before any release can settle its span with another ID
                 req.span_id = derived_ids(key)[1]
                 self._undecided[key] = req
@@ -88,28 +98,48 @@ class RemoteContexts:
 
     # ---- the server's side ------------------------------------------------------------
 
-    def incoming(self, contexts: list[tuple[WireKey, bytes, bool]]) -> None:
+    def incoming(self, contexts: list[tuple[WireKey, bytes, bool]], now_ns: int | None = None
+                 ) -> None:
         """Contexts carried to this host: (wire key as this server sees it, trace ID,
         sampled). A server request waiting for its client end becomes its child; one not
         read yet finds the context when it is (resolve())."""
-        arrived = self._arrived
+        now_ns = _now() if now_ns is None else now_ns
+        arrived, conns = self._arrived, self.correlator.context_conns
         for key, trace, sampled in contexts:
-            arrived[key] = (trace, sampled)
-            self.received += 1
-        while len(arrived) > MAX_KEPT:
-            arrived.popitem(last=False)
-        self.resolve()
+            arrived[key] = (trace, sampled, now_ns)
+            arrived.move_to_end(key)
+            conns[key[:4]] = None  # its later requests wait for theirs (Correlator.expire)
+            conns.move_to_end(key[:4])
+        self.received += len(contexts)
+        while len(conns) > MAX_KEPT:
+            conns.popitem(last=False)
+        self.resolve(now_ns)
 
-    def resolve(self) -> None:
-        """Settle the waiting server requests whose context has arrived."""
-        if not self._arrived:
+    def resolve(self, now_ns: int | None = None) -> None:
+        """Settle the waiting server requests whose context has arrived; forget the contexts
+        that found none for a window (their request settled before they came, or was never
+        read: counted as unmatched)."""
+        arrived = self._arrived
+        if not arrived:
             return
-        for waiting in (self.correlator.waiting, self.correlator.waiting_remote):
-            for key in [k for k in self._arrived if k in waiting]:
-                trace, _ = self._arrived.pop(key)
-                server = waiting.pop(key)
-                server.remote_parent = (trace, derived_ids(key)[1])
-                server.evidence, server.decided = EVIDENCE, True
+        now_ns = _now() if now_ns is None else now_ns
+        c = self.correlator
+        for key in list(arrived):
+            for waiting in (c.waiting, c.waiting_context, c.waiting_remote):
+                server = waiting.pop(key, None)
+                if server is not None:
+                    trace, _, _ = arrived.pop(key)
+                    server.remote_parent = (trace, derived_ids(key)[1])
+                    server.evidence, server.decided = EVIDENCE, True
+                    break
+        deadline, dropped = now_ns - c.window_ns, 0
+        while arrived and (next(iter(arrived.values()))[2] <= deadline
+                           or len(arrived) > MAX_KEPT):
+            arrived.popitem(last=False)
+            dropped += 1
+        if dropped:
+            self.unmatched += dropped
+            c.stats.add("propagation.contexts", dropped, outcome="unmatched")
 
 
 __all__ = ["ATTRIBUTE", "EVIDENCE", "OutgoingContext", "RemoteContexts"]

@@ -83,6 +83,12 @@ def format_addr(raw: bytes, family: int) -> str:
     return ""
 
 
+def is_loopback(address: str) -> bool:
+    """Whether an address in format_addr's text names this host's loopback (127.0.0.0/8,
+    ::1), or is no IP address at all ('' or a Unix socket's path)."""
+    return address.startswith("127.") or address in ("::1", "") or address.startswith("/")
+
+
 # The three events that come by the thousand per second are named tuples: as immutable as
 # frozen dataclasses, built ~3x faster (a frozen dataclass sets each field through
 # object.__setattr__), which was a tenth of the agent's time under load.

@@ -136,3 +136,64 @@ def test_a_remote_callers_request_waits_twice_the_window_then_derives():
     assert c.expire(now_ns=2 * window) == [remote]
     assert remote.attributes["otel_ebpf.correlation"] == "derived"
     assert remote.trace_id == derived_ids((A, 41000, B, 8000, SEQ))[0]
+
+
+def _model(wait_ns: int, window: int = 2_000_000_000) -> tuple[Correlator, RemoteContexts]:
+    model = Correlator(Stats(), window_ns=window)
+    return model, RemoteContexts(model, wait_ns=wait_ns)
+
+
+def test_on_a_connection_that_carried_contexts_a_request_waits_for_its_own():
+    """The client's agent sends a context for every call it makes, on the connection's next
+    segment: the last request before a connection idles gets its context only when the
+    connection is used again or closed. Once a connection has carried one, its requests
+    wait up to `wait` for theirs, past twice the window."""
+    window, wait = 2_000_000_000, 10_000_000_000
+    model, prop = _model(wait, window)
+    first_trace, second_trace = bytes(range(16)), bytes(range(1, 17))
+    model.on_frames([(MODEL_IN, frame(INGRESS, 40, 50, tid=3, seq=SEQ))], now_ns=0)
+    first = span(MODEL_IN)
+    assert model.on_spans([first], now_ns=0) == []
+    prop.incoming([((A, 41000, B, 8000, SEQ), first_trace, True)], now_ns=1)
+    assert model.on_spans([], now_ns=1) == [first]
+    # the next request on that connection: its context comes 7 s later (the FIN)
+    model.on_frames([(MODEL_IN, frame(INGRESS, 60, 70, tid=3, seq=SEQ + 100))], now_ns=2)
+    second = span(MODEL_IN)
+    second.request_pos = 0
+    assert model.on_spans([second], now_ns=2) == []
+    assert model.expire(now_ns=2 * window + 3) == []  # past twice the window: waits on
+    later = 7_000_000_000
+    prop.incoming([((A, 41000, B, 8000, SEQ + 100), second_trace, True)], now_ns=later)
+    assert model.on_spans([], now_ns=later) == [second]
+    assert second.trace_id == second_trace
+    assert second.attributes["otel_ebpf.correlation"] == EVIDENCE
+
+
+def test_a_context_that_never_comes_leaves_the_derived_ids_after_the_wait():
+    window, wait = 2_000_000_000, 10_000_000_000
+    model, prop = _model(wait, window)
+    prop.incoming([((A, 41000, B, 8000, SEQ - 100), bytes(16), True)], now_ns=0)
+    model.on_frames([(MODEL_IN, frame(INGRESS, 40, 50, tid=3, seq=SEQ))], now_ns=0)
+    served = span(MODEL_IN)
+    assert model.on_spans([served], now_ns=0) == []
+    assert model.expire(now_ns=wait - 1) == []
+    assert model.expire(now_ns=wait) == [served]
+    assert served.attributes["otel_ebpf.correlation"] == "derived"
+    assert served.trace_id == derived_ids((A, 41000, B, 8000, SEQ))[0]
+    # the context of the earlier request found no request in a window: counted
+    prop.resolve(now_ns=wait)
+    assert prop.unmatched == 1
+    assert model.stats.snapshot()[("propagation.contexts", (("outcome", "unmatched"),))] == 1
+
+
+def test_a_request_from_a_connection_without_contexts_waits_only_twice_the_window():
+    """Another connection from the same host carried contexts; this one none yet (its
+    client may be a process the client's agent does not trace): twice the window."""
+    window = 2_000_000_000
+    model, prop = _model(10_000_000_000, window)
+    prop.incoming([((A, 41999, B, 8000, 5), bytes(16), True)], now_ns=0)
+    model.on_frames([(MODEL_IN, frame(INGRESS, 40, 50, tid=3, seq=SEQ))], now_ns=0)
+    served = span(MODEL_IN)
+    assert model.on_spans([served], now_ns=0) == []
+    assert model.expire(now_ns=2 * window) == [served]
+    assert served.attributes["otel_ebpf.correlation"] == "derived"
