@@ -35,6 +35,34 @@ static __always_inline bool connection_muted(struct conn_state *st, int fd)
 }
 
 
+/* Propagation: a TCP client connection's bytes turn to egress (a request starts) before
+ * they are queued: its context goes into prop_out now, for its first segment. */
+static __always_inline void request_written(struct conn_state *st, __u64 id)
+{
+	if (!(st->flags & CONN_F_TCP) || st->last_dir == 1 + DIR_EGRESS)
+		return;
+	st->last_dir = 1 + DIR_EGRESS;
+	if (st->role != ROLE_CLIENT || st->tls)
+		return;
+	struct thread_state *t = thread_state_made(id);
+	if (!t)
+		return;
+	struct tcp_sock *tp = (struct tcp_sock *)st->sk;
+	prop_request_write(t, st, (struct sock *)st->sk, BPF_CORE_READ(tp, write_seq),
+			   bpf_ktime_get_ns());
+}
+
+/* Propagation: a TCP server connection's bytes turn to ingress (a request was read). */
+static __always_inline void request_read(struct thread_state *t, struct conn_state *st,
+					 struct sock *sk, __u8 dir, __u32 seq, long ret)
+{
+	if (!(st->flags & CONN_F_TCP) || st->last_dir == 1 + dir)
+		return;
+	st->last_dir = 1 + dir;
+	if (dir == DIR_INGRESS && st->role == ROLE_SERVER && t && !st->tls)
+		prop_request_read(t, st, sk, seq, ret);
+}
+
 static __always_inline int remember(int fd, __u64 ptr, __u64 addr, __u32 kind, __u32 cnt)
 {
 	__u64 id = bpf_get_current_pid_tgid();
@@ -56,6 +84,8 @@ static __always_inline int remember(int fd, __u64 ptr, __u64 addr, __u32 kind, _
 		return pipe_remember(fd, ptr, kind, cnt, id); /* pipes.bpf.h */
 	if (st && st->traced && kind != ARG_CONNECT && connection_muted(st, fd))
 		return 0;
+	if (cfg.propagate && st && st->traced && kind != ARG_CONNECT)
+		request_written(st, id);
 	struct syscall_args a = {
 		.enter_ns = bpf_ktime_get_ns(), .ptr = ptr, .addr = addr,
 		/* a known stream connection: its exit finds it by key and checks the socket is
@@ -191,6 +221,8 @@ static __always_inline int call_exit(struct thread_state *t, struct syscall_args
 	if (!st->traced && !(datagram && datagram_selected(st, sk, &peer)))
 		return 0;
 
+	if (cfg.propagate && !datagram)
+		request_read(t, st, sk, dir, seq, ret);
 	__u64 task = py_current_context(t);
 	switch (a->kind) {
 	case ARG_BUF:
@@ -474,6 +506,8 @@ int BPF_KRETPROBE(context_copy_return, void *copy)
 	ev->task = (__u64)copy;
 	ev->parent = parent;
 	struct thread_state *t = bpf_map_lookup_elem(&threads, &id);
+	if (cfg.propagate)
+		prop_context_copied(t, (__u64)copy, parent);
 	ev->entered = t ? t->loop_entered : 0;
 	ev->entered_ns = t ? t->loop_entered_ns : 0;
 	bpf_ringbuf_submit(ev, wakeup_flags());
