@@ -106,7 +106,9 @@ struct prop_origin {
 	__u8 flags;      /* PROP_F_SAMPLED */
 	__u8 set;        /* 0: none */
 	__u8 fresh;      /* read, and not yet handed to a Context copy */
-	__u8 _pad[5];
+	__u8 interleaved; /* (a thread's) it read a request before answering the one before:
+			   * an event loop, whose writes its last request cannot name */
+	__u8 _pad[4];
 };
 
 /* What the capture programs keep per thread, in one value so that a syscall's exit finds

@@ -111,6 +111,15 @@ static __always_inline bool prop_key_of_sock(struct sock *sk, struct prop_key *k
 	return true;
 }
 
+/* This host's loopback (127.0.0.0/8, ::1): its calls' two ends are seen by one agent,
+ * which joins them on the wire; no option needed. */
+static __always_inline bool prop_loopback(const __u32 addr[4])
+{
+	if (!addr[0] && !addr[1] && addr[2] == bpf_htonl(0xffff))
+		return (bpf_ntohl(addr[3]) >> 24) == 127;
+	return !addr[0] && !addr[1] && !addr[2] && addr[3] == bpf_htonl(1);
+}
+
 /* A server connection's request is read (the bytes turned from egress to ingress): the
  * reading thread serves it from here. `seq`: the TCP sequence number of its first byte,
  * `len`: the bytes this read moved. */
@@ -118,6 +127,14 @@ static __always_inline void prop_request_read(struct thread_state *t, struct con
 					      struct sock *sk, __u32 seq, __u64 len)
 {
 	struct prop_origin *o = &t->req;
+	if (o->set && !o->interleaved && (o->conn.fd != st->key.fd || o->conn.gen != st->key.gen)) {
+		/* the request this thread read before, on another connection, not answered yet:
+		 * the thread serves several at once (an event loop, not a thread per request) */
+		__u64 mkey = conn_map_key(o->conn.pid, o->conn.fd);
+		struct conn_state *before = bpf_map_lookup_elem(&conns, &mkey);
+		if (before && before->key.gen == o->conn.gen && before->last_dir == 1 + DIR_INGRESS)
+			o->interleaved = 1;
+	}
 	struct prop_key k = {};
 	struct prop_in_value *in = NULL;
 	if (prop_key_of_sock(sk, &k))
@@ -144,7 +161,9 @@ static __always_inline void prop_context_copied(struct thread_state *t, __u64 co
 {
 	if (t && t->req.fresh) {
 		t->req.fresh = 0;
-		bpf_map_update_elem(&prop_traces, &copy, &t->req, BPF_ANY);
+		struct prop_origin c = t->req;
+		c.interleaved = 0; /* the thread's, not the request's */
+		bpf_map_update_elem(&prop_traces, &copy, &c, BPF_ANY);
 		return;
 	}
 	if (!parent)
@@ -157,13 +176,14 @@ static __always_inline void prop_context_copied(struct thread_state *t, __u64 co
 }
 
 /* The request a write on this thread is made for: its Context's, or for a thread that has
- * no Context at all (C, or Python code that never used contextvars), the thread's own. */
+ * no Context at all (C, or Python code that never used contextvars), the thread's own, if
+ * it serves one request at a time (a thread per request). */
 static __always_inline struct prop_origin *prop_served(struct thread_state *t)
 {
 	__u64 context = py_current_context(t);
 	if (context)
 		return bpf_map_lookup_elem(&prop_traces, &context);
-	return t->req.set ? &t->req : NULL;
+	return t->req.set && !t->req.interleaved ? &t->req : NULL;
 }
 
 /* A client connection's request is about to be written: queue its context for the option
@@ -176,7 +196,7 @@ static __always_inline void prop_request_write(struct thread_state *t, struct co
 	if (!o)
 		return;
 	struct prop_key k = {};
-	if (!prop_key_of_sock(sk, &k) || !prop_trusted_addr(k.remote))
+	if (!prop_key_of_sock(sk, &k) || prop_loopback(k.remote) || !prop_trusted_addr(k.remote))
 		return;
 	struct prop_pending fresh = {};
 	struct prop_pending *p = bpf_map_lookup_elem(&prop_out, &k);
