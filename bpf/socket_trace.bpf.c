@@ -35,15 +35,57 @@ static __always_inline bool connection_muted(struct conn_state *st, int fd)
 }
 
 
-/* Propagation: a TCP client connection's bytes turn to egress (a request starts) before
- * they are queued: its context goes into prop_out now, for its first segment. */
-static __always_inline void request_written(struct conn_state *st, __u64 id)
+/* The first bytes a write sends (of its buffer, or of its first iovec), into `head`. */
+static __always_inline bool write_head(__u32 kind, __u64 ptr, __u8 head[PROP_HEAD_LEN])
 {
-	if (!(st->flags & CONN_F_TCP) || st->last_dir == 1 + DIR_EGRESS)
+	__u64 base = ptr;
+	if (kind == ARG_IOV || kind == ARG_MSG) {
+		__u64 iov_at = ptr;
+		if (kind == ARG_MSG) {
+			struct user_msghdr msg;
+			if (bpf_probe_read_user(&msg, sizeof(msg), (void *)ptr))
+				return false;
+			iov_at = (__u64)msg.msg_iov;
+		}
+		struct iovec iov;
+		if (bpf_probe_read_user(&iov, sizeof(iov), (void *)iov_at) ||
+		    iov.iov_len < PROP_HEAD_LEN)
+			return false;
+		base = (__u64)iov.iov_base;
+	} else if (kind != ARG_BUF) {
+		return false;
+	}
+	return bpf_probe_read_user(head, PROP_HEAD_LEN, (void *)base) == 0;
+}
+
+/* Propagation: does this write start a request on a TCP client connection? HTTP/1 and other
+ * one-call-at-a-time protocols: where the bytes turn to egress. HTTP/2 (known by the client
+ * preface): where a write starts with a HEADERS frame opening a client stream (one per
+ * write in grpc and h2-style clients), wherever the reads fall. If so, the request's
+ * context goes into prop_out now, before its first segment is built. */
+static __always_inline void request_written(struct conn_state *st, __u64 id, __u32 kind,
+					    __u64 ptr)
+{
+	if (!(st->flags & CONN_F_TCP) || st->role != ROLE_CLIENT || st->tls) {
+		st->last_dir = 1 + DIR_EGRESS;
+		return;
+	}
+	bool turned = st->last_dir != 1 + DIR_EGRESS;
+	if (!turned && !st->h2)
 		return;
 	st->last_dir = 1 + DIR_EGRESS;
-	if (st->role != ROLE_CLIENT || st->tls)
+	__u8 head[PROP_HEAD_LEN] = {};
+	if (st->h2) {
+		/* 9-byte frame header: length (3), type (1: HEADERS), flags, stream id (odd:
+		 * opened by the client) */
+		if (!write_head(kind, ptr, head) || head[3] != 1 || !(head[8] & 1))
+			return;
+	} else if (write_head(kind, ptr, head) && head[0] == 'P' && head[1] == 'R' &&
+		   head[2] == 'I' && head[3] == ' ' && head[4] == '*' && head[5] == ' ' &&
+		   head[6] == 'H' && head[7] == 'T' && head[8] == 'T') {
+		st->h2 = 1; /* "PRI * HTTP/2.0": the connection's preface, no request */
 		return;
+	}
 	struct thread_state *t = thread_state_made(id);
 	if (!t)
 		return;
@@ -85,7 +127,7 @@ static __always_inline int remember(int fd, __u64 ptr, __u64 addr, __u32 kind, _
 	if (st && st->traced && kind != ARG_CONNECT && connection_muted(st, fd))
 		return 0;
 	if (cfg.propagate && st && st->traced && kind != ARG_CONNECT)
-		request_written(st, id);
+		request_written(st, id, kind, ptr);
 	struct syscall_args a = {
 		.enter_ns = bpf_ktime_get_ns(), .ptr = ptr, .addr = addr,
 		/* a known stream connection: its exit finds it by key and checks the socket is

@@ -49,7 +49,8 @@ struct conn_state {
 	__u64 mute_seen; /* mute_epoch when `muted` was last looked at for it */
 	__u8 role;       /* enum conn_role */
 	__u8 last_dir;   /* 0: no bytes yet; 1 + the direction of its last bytes */
-	__u8 _pad[6];
+	__u8 h2;         /* a client connection that sent HTTP/2's preface (propagation) */
+	__u8 _pad[5];
 };
 
 /* An SSL_read/SSL_write in progress on a thread (ssl_trace.bpf.c). */

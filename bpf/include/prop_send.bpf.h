@@ -25,7 +25,8 @@
  *
  * A request starts where a connection's bytes change direction (a read after a write on a
  * server connection, a write after a read on a client one): HTTP/1 exchanges, and any
- * request/response protocol used one call at a time per connection. Where the Context or
+ * request/response protocol used one call at a time per connection. On an HTTP/2 client
+ * connection, a call starts with a write that starts with a HEADERS frame opening a stream. Where the Context or
  * thread serves nothing known, nothing is queued (user space's late context, or the link
  * both ends derive, stand in): never a context guessed.
  */
@@ -33,6 +34,7 @@
 #define OTEL_EBPF_PROP_SEND_BPF_H
 
 #define PROP_TRACES_MAX 65536 /* Contexts serving a request (LRU: old ones pushed out) */
+#define PROP_HEAD_LEN 9       /* bytes of a write looked at: an HTTP/2 frame header */
 
 /* Contexts waiting for their connection's next segment, by connection. Written by user
  * space and at a call's first write, emptied by the option program. LRU: a context left
