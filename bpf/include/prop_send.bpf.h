@@ -9,8 +9,9 @@
  * kernel itself knows:
  *
  *   a server connection's request is read   the reading thread now serves it: its trace is
- *                                            the incoming option's (prop_in), else one drawn
- *                                            here; kept in the thread's state, "fresh"
+ *                                            the incoming option's (prop_in), else the one
+ *                                            both hosts derive from the request's wire
+ *                                            identity; kept in the thread's state, "fresh"
  *   a Context is copied (PyContext_CopyCurrent) the copy serves what the copying thread
  *                                            read last, when that is fresh (uvicorn making a
  *                                            request's task right after reading it), else
@@ -122,6 +123,45 @@ static __always_inline bool prop_loopback(const __u32 addr[4])
 	return !addr[0] && !addr[1] && !addr[2] && addr[3] == bpf_htonl(1);
 }
 
+/* splitmix64's step (Steele et al.'s constants): the mix of the derived pair. */
+static __always_inline __u64 prop_splitmix(__u64 z)
+{
+	z += 0x9E3779B97F4A7C15ULL;
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+	return z ^ (z >> 31);
+}
+
+#define PROP_WIRE_SEED 0x6F74656C2D656270ULL
+
+static __always_inline __u64 prop_addr_word(const __u32 a[4], int half)
+{
+	return ((__u64)bpf_ntohl(a[2 * half]) << 32) | bpf_ntohl(a[2 * half + 1]);
+}
+
+static __always_inline void prop_put_be64(__u8 *out, __u64 v)
+{
+	for (int i = 0; i < 8; i++)
+		out[i] = v >> (56 - 8 * i);
+}
+
+/* The trace ID both hosts derive for a request from its wire identity, the connection as
+ * the server sees it (`k`: this server socket's) and the TCP sequence number of its first
+ * byte: otel_ebpf/correlate/joiner.py, wire_ids, computes the same. */
+static __always_inline void prop_wire_trace(const struct prop_key *k, __u32 seq, __u8 out[16])
+{
+	__u64 words[5] = {
+		prop_addr_word(k->remote, 0), prop_addr_word(k->remote, 1),
+		prop_addr_word(k->local, 0), prop_addr_word(k->local, 1),
+		(__u64)k->remote_port << 48 | (__u64)k->local_port << 32 | seq,
+	};
+	__u64 h = PROP_WIRE_SEED;
+	for (int i = 0; i < 5; i++)
+		h = prop_splitmix(h ^ words[i]);
+	prop_put_be64(out, prop_splitmix(h ^ 1));
+	prop_put_be64(out + 8, prop_splitmix(h ^ 2));
+}
+
 /* A server connection's request is read (the bytes turned from egress to ingress): the
  * reading thread serves it from here. `seq`: the TCP sequence number of its first byte,
  * `len`: the bytes this read moved. */
@@ -141,14 +181,19 @@ static __always_inline void prop_request_read(struct thread_state *t, struct con
 	struct prop_in_value *in = NULL;
 	if (prop_key_of_sock(sk, &k))
 		in = bpf_map_lookup_elem(&prop_in, &k);
+	else
+		k.family = 0;
 	if (in && in->seq - seq < (__u32)len) { /* the peer's context names this request */
 		__builtin_memcpy(o->trace_id, in->trace_id, sizeof(o->trace_id));
 		o->flags = in->flags;
-	} else {
-		__u32 r[4] = {bpf_get_prandom_u32(), bpf_get_prandom_u32(), bpf_get_prandom_u32(),
-			      bpf_get_prandom_u32()};
-		__builtin_memcpy(o->trace_id, r, sizeof(o->trace_id));
+	} else if (k.family) {
+		/* no context came: the trace both hosts derive from the request's wire identity,
+		 * which user space gives the request too when no client end is seen here, and a
+		 * root's trace takes otherwise */
+		prop_wire_trace(&k, seq, o->trace_id);
 		o->flags = PROP_F_SAMPLED;
+	} else {
+		return;
 	}
 	o->conn = st->key;
 	o->pos = st->pos[DIR_INGRESS];

@@ -25,6 +25,8 @@ from .joiner import (ATTRIBUTE, MAX_DEPTH, Correlator, Request, WireKey, _now, _
                      derived_ids)
 
 EVIDENCE = "tcp_option"
+# a call the agent's own evidence left ambiguous, whose parent the kernel named at its write
+SEND_CONTEXT = "send_context"
 # contexts that came before their server request was read (the option can overtake the
 # server's read of the request it names), requests whose trace is not known yet, connections
 # that carried contexts
@@ -126,9 +128,18 @@ class RemoteContexts:
                origin_pos: int) -> bool:
         """A call whose context the kernel sent: where this agent's join agrees with the
         kernel on the request it was made for, that request's trace is the one sent (a root
-        takes it as its trace ID); where not, the server's trace and this call's differ
+        takes it as its trace ID). A call this agent found `ambiguous` (several requests
+        open, no evidence naming one) takes the kernel's request as its parent
+        (`send_context`): the kernel followed the call's Context to the request it was made
+        for. Where they name different requests, the server's trace and this call's differ
         (counted: never a parent guessed to make them agree). False while an ancestor
         waits for its own parent (asked again after the next batch)."""
+        if req.evidence == "ambiguous" and not req.trace_id:
+            # several requests were open and this agent's evidence named none; the kernel
+            # followed the call's Context back to the request it was born for
+            owner = self.correlator.requests.get((origin, origin_pos))
+            if owner is not None:
+                req.parent, req.evidence = owner, SEND_CONTEXT
         r, served = req, False
         for _ in range(MAX_DEPTH):
             served = served or (r.conn_key == origin and r.stream_pos == origin_pos)

@@ -92,3 +92,41 @@ def test_the_options_were_counted(cluster):
     assert by_outcome.get("at_send_disagreed", 0) == 0, by_outcome
     received = read_spans(agent_b.traces)
     assert any(s.attrs.get("otel_ebpf.correlation") == "tcp_option" for s in received)
+
+
+def test_a_request_from_an_untraced_host_stays_one_trace_through_the_gateway(cluster):
+    """A caller no agent watches (curl, run by the test in node B's namespace: outside both
+    agents' selection) calls the gateway on node A, which calls node B's server. The
+    gateway's request takes the trace both hosts derive from its wire identity; node A's
+    kernel computes the same trace when it reads the request, and sends it with the call:
+    the gateway's SERVER span, its CLIENT span and node B's SERVER span are one trace."""
+    import uuid
+
+    from bench.two_nodes import GATEWAY_PORT
+
+    a, b, _, (agent_a, agent_b) = cluster
+    rids = [uuid.uuid4().hex for _ in range(10)]
+    for rid in rids:  # one at a time, bounded by curl's own timeout
+        out = b.exec(["curl", "-sf", "--max-time", "30",
+                      f"http://{a.address}:{GATEWAY_PORT}/ask?rid={rid}&via=direct"])
+        assert "answer" in out.stdout
+    wanted = set(rids)
+    inbound = _spans_of(agent_a, wanted, lambda s: s.kind == SERVER_KIND)
+    served = _spans_of(agent_b, wanted, lambda s: s.kind == SERVER_KIND)
+    by_rid = {}
+    for s in inbound:
+        if _rid(s) in wanted:
+            by_rid.setdefault(_rid(s), {})[
+                "gateway" if s.kind == SERVER_KIND else "call" if s.kind == 3 else "?"] = s
+    for s in served:
+        if _rid(s) in wanted and s.kind == SERVER_KIND:
+            by_rid[_rid(s)]["server"] = s
+    for rid in rids:
+        ends = by_rid.get(rid, {})
+        gateway, call, server = ends.get("gateway"), ends.get("call"), ends.get("server")
+        assert gateway is not None and call is not None and server is not None, (rid, ends)
+        # the gateway's request: derived from its wire identity (no client end traced)
+        assert gateway.attrs.get("otel_ebpf.correlation") == "derived"
+        assert gateway.trace_id == call.trace_id == server.trace_id
+        assert call.parent_span_id == gateway.span_id
+        assert server.parent_span_id == call.span_id
