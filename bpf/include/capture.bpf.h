@@ -104,6 +104,7 @@ struct prop_origin {
 	__u8 trace_id[16];
 	struct conn_key conn;
 	__u64 pos;
+	__u64 read_ns;   /* when the request was read */
 	__u8 flags;      /* PROP_F_SAMPLED */
 	__u8 set;        /* 0: none */
 	__u8 fresh;      /* read, and not yet handed to a Context copy */
@@ -158,7 +159,7 @@ CAPTURE_MAP struct {
 } threads SEC(".maps");
 
 /* One zeroed thread_state, never written: a new thread's value is copied from here (a
- * value on the stack would take 160 of a read exit's 512 bytes). */
+ * value on the stack would take ~200 of a read exit's 512 bytes). */
 CAPTURE_MAP struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);

@@ -36,6 +36,8 @@
 
 #define PROP_TRACES_MAX 65536 /* Contexts serving a request (LRU: old ones pushed out) */
 #define PROP_HEAD_LEN 9       /* bytes of a write looked at: an HTTP/2 frame header */
+#define PROP_FRESH_NS 10000000ULL /* a read's request is handed to a Context copied within
+				   * 10 ms (the agent's task rule: otel_ebpf/correlate) */
 
 /* Contexts waiting for their connection's next segment, by connection. Written by user
  * space and at a call's first write, emptied by the option program. LRU: a context left
@@ -197,16 +199,18 @@ static __always_inline void prop_request_read(struct thread_state *t, struct con
 	}
 	o->conn = st->key;
 	o->pos = st->pos[DIR_INGRESS];
+	o->read_ns = bpf_ktime_get_ns();
 	o->set = 1;
 	o->fresh = 1;
 }
 
 /* A Context is copied on this thread (`parent`: the thread's own Context): the copy serves
- * the request the thread just read, else what `parent` serves. */
+ * the request the thread just read (within PROP_FRESH_NS, first copy only), else what
+ * `parent` serves. */
 static __always_inline void prop_context_copied(struct thread_state *t, __u64 copy,
 						__u64 parent)
 {
-	if (t && t->req.fresh) {
+	if (t && t->req.fresh && bpf_ktime_get_ns() - t->req.read_ns < PROP_FRESH_NS) {
 		t->req.fresh = 0;
 		struct prop_origin c = t->req;
 		c.interleaved = 0; /* the thread's, not the request's */
