@@ -321,7 +321,7 @@ def node_overrides(node, overrides: dict | None) -> dict | None:
     return out
 
 
-def _parse_set(items: list[str]) -> dict:
+def parse_set(items: list[str]) -> dict:
     """--set a.b.c=value (YAML value) -> nested overrides."""
     import yaml
 
@@ -378,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
 
     workdir = a.workdir or Path(tempfile.mkdtemp(prefix="otel-ebpf-two-nodes-"))
     print(f"logs and spans under {workdir}", flush=True)
-    scores, lookups = run(a.requests, levels, routes, workdir, _parse_set(a.set),
+    scores, lookups = run(a.requests, levels, routes, workdir, parse_set(a.set),
                           a.agent_tree.resolve() if a.agent_tree else None)
     for (route, level), s in scores.items():
         print(f"{route:>15} c{level:<3} {s.row()}")

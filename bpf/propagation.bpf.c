@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0
 /* Trace context in a TCP header option (docs/correlation.md, "TCP option carrier").
  *
- * A client node's agent decides a request's trace after the fact, in user space, and asks
- * for its trace id to reach the server: it writes the context into `prop_out` under the
- * connection, and this program puts it into the connection's next outgoing segment (a
- * data segment, a pure ACK, the FIN: whichever leaves first), one context per segment,
- * oldest first. The server node's copy of this program finds the option in the segment
+ * A call's context waits in `prop_out` under its connection: queued by the capture
+ * programs at the call's first write (prop_send.bpf.h), or by the client node's agent
+ * after the fact, when the kernel could not tell which request the call was made for.
+ * This program puts it into the connection's next outgoing segment (the call's first
+ * segment when queued at its write; else a data segment, a pure ACK, the FIN: whichever
+ * leaves first), one context per segment, oldest first. The server node's copy of this program finds the option in the segment
  * it receives and hands it to its agent through the capture ring (EV_CONTEXT_IN). No
  * payload byte is touched: the option lives in the TCP header only.
  *
  * One sock_ops program, attached to a cgroup v2 by user space (otel_ebpf/kernel/
  * propagation.py), linked into capture.bpf.o so that it shares the capture maps: the
- * `events` ring and the `counters` (capture.bpf.h).
+ * `events` ring, the `counters` (capture.bpf.h), and `prop_out`, which the capture
+ * programs also fill at a call's first write (prop_send.bpf.h).
  *
  * What runs when:
  *   ACTIVE_ESTABLISHED   a connection this node opened: towards a trusted address, ask for
@@ -31,25 +33,6 @@
 #include "capture.bpf.h"
 
 #define TCP_OPT_ROOM 28 /* what the kernel reserves for our 25 bytes (4-byte aligned) */
-
-/* Contexts waiting for their connection's next segment, by connection. Written by user
- * space, emptied here. LRU: a context left for a connection that closed first (user space
- * decides after the fact, and may be late) is pushed out by newer ones, never piles up. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, PROP_MAX_CONNS);
-	__type(key, struct prop_key);
-	__type(value, struct prop_pending);
-} prop_out SEC(".maps");
-
-/* Networks whose hosts may send us contexts and be sent ours (user space fills it). */
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, PROP_MAX_NETS);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct prop_net);
-	__type(value, __u8);
-} prop_trusted SEC(".maps");
 
 /* The option as it is on the wire (25 bytes; the tail pad is never sent). */
 struct prop_opt {
@@ -89,16 +72,6 @@ static __always_inline bool prop_key_of(struct bpf_sock_ops *skops, struct prop_
 	k->family = (!k->remote[0] && !k->remote[1] && k->remote[2] == bpf_htonl(0xffff))
 		? AF_INET : AF_INET6;
 	return true;
-}
-
-static __always_inline bool prop_trusted_addr(const __u32 addr[4])
-{
-	struct prop_net net = {.prefixlen = 128};
-	net.addr[0] = addr[0];
-	net.addr[1] = addr[1];
-	net.addr[2] = addr[2];
-	net.addr[3] = addr[3];
-	return bpf_map_lookup_elem(&prop_trusted, &net) != NULL;
 }
 
 /* The pending slot to send next (the lowest order), or -1. */
@@ -204,6 +177,10 @@ static __always_inline void prop_parse(struct bpf_sock_ops *skops)
 		count(CNT_PROP_REFUSED, 1);
 		return;
 	}
+	/* for the read of the request it names: the server's own calls out carry its trace */
+	struct prop_in_value in = {.seq = bpf_ntohl(opt.seq), .flags = opt.flags};
+	__builtin_memcpy(in.trace_id, opt.trace_id, sizeof(in.trace_id));
+	bpf_map_update_elem(&prop_in, &k, &in, BPF_ANY);
 	struct context_in_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
 	if (!ev) {
 		count(CNT_RINGBUF_DROPS, 1);

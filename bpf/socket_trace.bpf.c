@@ -35,6 +35,76 @@ static __always_inline bool connection_muted(struct conn_state *st, int fd)
 }
 
 
+/* The first bytes a write sends (of its buffer, or of its first iovec), into `head`. */
+static __always_inline bool write_head(__u32 kind, __u64 ptr, __u8 head[PROP_HEAD_LEN])
+{
+	__u64 base = ptr;
+	if (kind == ARG_IOV || kind == ARG_MSG) {
+		__u64 iov_at = ptr;
+		if (kind == ARG_MSG) {
+			struct user_msghdr msg;
+			if (bpf_probe_read_user(&msg, sizeof(msg), (void *)ptr))
+				return false;
+			iov_at = (__u64)msg.msg_iov;
+		}
+		struct iovec iov;
+		if (bpf_probe_read_user(&iov, sizeof(iov), (void *)iov_at) ||
+		    iov.iov_len < PROP_HEAD_LEN)
+			return false;
+		base = (__u64)iov.iov_base;
+	} else if (kind != ARG_BUF) {
+		return false;
+	}
+	return bpf_probe_read_user(head, PROP_HEAD_LEN, (void *)base) == 0;
+}
+
+/* Propagation: does this write start a request on a TCP client connection? HTTP/1 and other
+ * one-call-at-a-time protocols: where the bytes turn to egress. HTTP/2 (known by the client
+ * preface): where a write starts with a HEADERS frame opening a client stream (one per
+ * write in grpc and h2-style clients), wherever the reads fall. If so, the request's
+ * context goes into prop_out now, before its first segment is built. */
+static __always_inline void request_written(struct conn_state *st, __u64 id, __u32 kind,
+					    __u64 ptr)
+{
+	if (!(st->flags & CONN_F_TCP) || st->role != ROLE_CLIENT || st->tls) {
+		st->last_dir = 1 + DIR_EGRESS;
+		return;
+	}
+	bool turned = st->last_dir != 1 + DIR_EGRESS;
+	if (!turned && !st->h2)
+		return;
+	st->last_dir = 1 + DIR_EGRESS;
+	__u8 head[PROP_HEAD_LEN] = {};
+	if (st->h2) {
+		/* 9-byte frame header: length (3), type (1: HEADERS), flags, stream id (odd:
+		 * opened by the client) */
+		if (!write_head(kind, ptr, head) || head[3] != 1 || !(head[8] & 1))
+			return;
+	} else if (write_head(kind, ptr, head) && head[0] == 'P' && head[1] == 'R' &&
+		   head[2] == 'I' && head[3] == ' ' && head[4] == '*' && head[5] == ' ' &&
+		   head[6] == 'H' && head[7] == 'T' && head[8] == 'T') {
+		st->h2 = 1; /* "PRI * HTTP/2.0": the connection's preface, no request */
+		return;
+	}
+	struct thread_state *t = thread_state_made(id);
+	if (!t)
+		return;
+	struct tcp_sock *tp = (struct tcp_sock *)st->sk;
+	prop_request_write(t, st, (struct sock *)st->sk, BPF_CORE_READ(tp, write_seq),
+			   bpf_ktime_get_ns());
+}
+
+/* Propagation: a TCP server connection's bytes turn to ingress (a request was read). */
+static __always_inline void request_read(struct thread_state *t, struct conn_state *st,
+					 struct sock *sk, __u8 dir, __u32 seq, long ret)
+{
+	if (!(st->flags & CONN_F_TCP) || st->last_dir == 1 + dir)
+		return;
+	st->last_dir = 1 + dir;
+	if (dir == DIR_INGRESS && st->role == ROLE_SERVER && t && !st->tls)
+		prop_request_read(t, st, sk, seq, ret);
+}
+
 static __always_inline int remember(int fd, __u64 ptr, __u64 addr, __u32 kind, __u32 cnt)
 {
 	__u64 id = bpf_get_current_pid_tgid();
@@ -56,6 +126,8 @@ static __always_inline int remember(int fd, __u64 ptr, __u64 addr, __u32 kind, _
 		return pipe_remember(fd, ptr, kind, cnt, id); /* pipes.bpf.h */
 	if (st && st->traced && kind != ARG_CONNECT && connection_muted(st, fd))
 		return 0;
+	if (cfg.propagate && st && st->traced && kind != ARG_CONNECT)
+		request_written(st, id, kind, ptr);
 	struct syscall_args a = {
 		.enter_ns = bpf_ktime_get_ns(), .ptr = ptr, .addr = addr,
 		/* a known stream connection: its exit finds it by key and checks the socket is
@@ -191,6 +263,8 @@ static __always_inline int call_exit(struct thread_state *t, struct syscall_args
 	if (!st->traced && !(datagram && datagram_selected(st, sk, &peer)))
 		return 0;
 
+	if (cfg.propagate && !datagram)
+		request_read(t, st, sk, dir, seq, ret);
 	__u64 task = py_current_context(t);
 	switch (a->kind) {
 	case ARG_BUF:
@@ -474,6 +548,8 @@ int BPF_KRETPROBE(context_copy_return, void *copy)
 	ev->task = (__u64)copy;
 	ev->parent = parent;
 	struct thread_state *t = bpf_map_lookup_elem(&threads, &id);
+	if (cfg.propagate)
+		prop_context_copied(t, (__u64)copy, parent);
 	ev->entered = t ? t->loop_entered : 0;
 	ev->entered_ns = t ? t->loop_entered_ns : 0;
 	bpf_ringbuf_submit(ev, wakeup_flags());

@@ -26,7 +26,8 @@ from otel_ebpf.export.factory import (
 )
 from otel_ebpf.export.pipeline import MetricsPipeline, TracePipeline
 from otel_ebpf.export.span_metrics import SpanMetrics, gather_instruments
-from otel_ebpf.kernel.abi import ConnOpen, ContextIn, ProcessExec, ProcessExit, ProcessFork
+from otel_ebpf.kernel.abi import (ConnOpen, ContextIn, ContextOut, ProcessExec, ProcessExit,
+                                  ProcessFork)
 from otel_ebpf.kernel.asyncio_probes import calls_out
 from otel_ebpf.kernel.libbpf import LibbpfLog
 from otel_ebpf.kernel.propagation import PropagationSettings
@@ -391,6 +392,8 @@ class Agent:
                 self.span_metrics.forget(ev.pid)
             elif kind is ProcessFork and tasks is not None:
                 tasks.forked(ev.pid)
+            elif kind is ContextOut and self.remote is not None:
+                self.remote.queued_at_send([ev])
             elif kind is ContextIn and self.remote is not None:
                 # the request it names as this server sees it: client end, server end, seq
                 self._arrived.append(((ev.remote_addr, ev.remote_port, ev.local_addr,
@@ -429,7 +432,9 @@ class Agent:
             kernel = self.tracer.propagation.counters()
             for name, event in (("prop_written", "written"), ("prop_no_room", "no_room"),
                                 ("prop_received", "received"), ("prop_refused", "refused"),
-                                ("prop_untrusted_dst", "untrusted_destination")):
+                                ("prop_untrusted_dst", "untrusted_destination"),
+                                ("prop_at_send", "queued_at_send"),
+                                ("prop_slots_full", "slots_full")):
                 self.stats.set_total("propagation.options", kernel.get(name, 0), event=event)
         self.stats.set_total("tls.unbound", sum(counters["tls_unbound"]))
         self.stats.set_total("tls.uncovered", len(self.tracer.ssl.static_uncovered))

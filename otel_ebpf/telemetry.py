@@ -40,13 +40,18 @@ COUNTERS: dict[str, tuple[str, str]] = {
     "correlation.ambiguous": ("{span}", "Outbound calls left a root: several requests could be the parent"),
     "correlation.evicted": ("{request}", "Requests forgotten before their span came (table full)"),
     "propagation.contexts": ("{context}", "Trace contexts exchanged with other hosts' agents "
-                             "in the TCP option, by outcome (sent: handed to the kernel for a "
-                             "call's connection, unsent: its connection gone or its peer "
-                             "untrusted or 4 pending, received, unmatched: received but no "
-                             "server request waited for it, its request already settled)"),
+                             "in the TCP option, by outcome (at_send: sent by the kernel with the "
+                             "call's first segment, and this agent's join agrees on its trace; "
+                             "at_send_disagreed: sent so, the join chose another parent; "
+                             "sent: handed to the kernel after the fact for a call's "
+                             "connection, unsent: its connection gone or its peer untrusted or "
+                             "4 pending, received, unmatched: received but no server request "
+                             "waited for it, its request already settled)"),
     "propagation.options": ("{option}", "TCP options by what the kernel did (written, no_room: "
                             "a segment without room, received, refused: from an untrusted "
-                            "source, untrusted_destination: a connection never written to)"),
+                            "source, untrusted_destination: a connection never written to, "
+                            "queued_at_send: a call's context queued at its first write, "
+                            "slots_full: not queued so, 4 pending on its connection)"),
     "nat.lookups": ("{connection}", "Client connections looked up in conntrack, by result "
                     "(translated: NAT changed it, untranslated, absent: no entry, failed, "
                     "skipped: over the lookups a second)"),

@@ -4,6 +4,7 @@ Run as root, from the repository root:
 
     sudo .venv/bin/python -m bench.correlation.run [--levels 1,8,64] [--requests N]
                                                    [--out docs/performance.md]
+                                                   [--set PATH=VALUE]
 
 For each level: a fresh agent (file exporter, the topology's ports selected), a fresh
 topology (bench/correlation/topology.py), N requests from the load generator at that
@@ -28,6 +29,7 @@ from pathlib import Path
 from bench.correlation.evaluate import Report, evaluate, markdown_table, read_spans, summary_line
 from bench.correlation.services import CLIENTS, LOOPS
 from bench.correlation.topology import REPO, pick_ports, start_topology
+from bench.two_nodes import parse_set
 from tests.integration.conftest import AgentRun, agent_config, read_metrics
 
 VENV_BIN = Path(sys.executable).parent
@@ -46,12 +48,12 @@ class LevelResult:
 
 
 def start_agent(workdir: Path, ports: list[int], timeout_s: float = AGENT_START_TIMEOUT_S,
-                record: bool = False) -> AgentRun:
+                record: bool = False, overrides: dict | None = None) -> AgentRun:
     """The real agent, selecting `ports`, writing spans and metrics to workdir/traces.jsonl;
     returns once it printed `otel-ebpf ready`. With `record`, its correlator's inputs and
     decisions go to workdir/correlation.jsonl (bench/correlation/record.py)."""
     traces, cfg, err = workdir / "traces.jsonl", workdir / "agent.yaml", workdir / "agent.err"
-    cfg.write_text(agent_config(traces, ports))
+    cfg.write_text(agent_config(traces, ports, overrides=overrides))
     command, env = [str(VENV_BIN / "otel-ebpf"), "run", "-c", str(cfg)], None
     if record:
         command[:1] = [str(VENV_BIN / "python"), "-m", "bench.correlation.record"]
@@ -73,10 +75,11 @@ def start_agent(workdir: Path, ports: list[int], timeout_s: float = AGENT_START_
 
 
 def run_level(concurrency: int, requests: int, workdir: Path, deadline_s: float,
-              legacy_every: int, record: bool = False) -> LevelResult:
+              legacy_every: int, record: bool = False, overrides: dict | None = None
+              ) -> LevelResult:
     workdir.mkdir(parents=True, exist_ok=True)
     ports = pick_ports()
-    agent = start_agent(workdir, sorted(ports.values()), record=record)
+    agent = start_agent(workdir, sorted(ports.values()), record=record, overrides=overrides)
     topo = None
     try:
         topo = start_topology(workdir, ports)
@@ -168,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--record", action="store_true",
                    help="record the correlator's inputs and decisions, then print the evidence "
                    "behind each wrong or ambiguous in-process parent (bench/correlation/record.py)")
+    p.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
+                   help="an agent config override, e.g. receivers.ebpf.propagation.enabled=true "
+                   "(repeatable)")
     a = p.parse_args(argv)
     if a.python:
         os.environ["BENCH_SERVICE_PYTHON"] = a.python
@@ -189,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     for level in levels:
         print(f"\nconcurrency {level}: {a.requests} requests ...", flush=True)
         result = run_level(level, a.requests, workdir / f"c{level}", a.deadline,
-                           a.legacy_every, a.record)
+                           a.legacy_every, a.record, parse_set(a.set))
         results.append(result)
         print(level_markdown(result), flush=True)
     if a.record:

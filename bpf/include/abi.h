@@ -4,7 +4,7 @@
 #ifndef OTEL_EBPF_ABI_H
 #define OTEL_EBPF_ABI_H
 
-#define ABI_VERSION 5
+#define ABI_VERSION 6
 #define MAX_CAPTURE 65536 /* largest payload prefix captured per message (power of two) */
 #define MAX_TARGETS 1024  /* entries in each target-selection map */
 #define COMM_LEN 16
@@ -24,6 +24,8 @@ enum event_type {
 			     * child; same layout as proc_exit_event) */
 	EV_CONTEXT_IN = 8,  /* a trusted peer's trace context arrived in a TCP option
 			     * (propagation.bpf.c; struct context_in_event) */
+	EV_CONTEXT_OUT = 9, /* a request's context was queued for its TCP option at its first
+			     * write (socket_trace.bpf.c; struct context_out_event) */
 };
 
 enum direction {
@@ -72,6 +74,8 @@ enum counter_idx {
 	CNT_PROP_RECEIVED = 11, /* options received from a trusted source (a record each) */
 	CNT_PROP_REFUSED = 12,  /* options received from an untrusted source: dropped */
 	CNT_PROP_UNTRUSTED_DST = 13, /* connections made to an untrusted address: never written */
+	CNT_PROP_AT_SEND = 14,  /* requests whose context was queued at their first write */
+	CNT_PROP_SLOTS_FULL = 15, /* ... that found PROP_SLOTS contexts pending: none queued */
 	CNT_MAX = 16,
 };
 
@@ -209,6 +213,20 @@ struct context_in_event {
 	__u8 trace_id[16];
 };
 
+/* A request's context, queued for the TCP option of its first segment at its first write
+ * (EV_CONTEXT_OUT): the trace of the request the writing thread or Context serves. */
+struct context_out_event {
+	struct event_header hdr; /* ts_ns: the write's entry */
+	struct conn_key conn;    /* the client connection */
+	__u64 pos;               /* its bytes written before the request */
+	__u32 seq;               /* host order: TCP sequence number of the request's first byte */
+	__u8 flags;              /* PROP_F_SAMPLED */
+	__u8 _pad[3];
+	__u8 trace_id[16];
+	struct conn_key origin;  /* the served request's connection (a server connection) */
+	__u64 origin_pos;        /* its bytes read before the served request */
+};
+
 /* Settings written into .rodata before load; one struct so user space mirrors it exactly. */
 struct agent_config {
 	__u32 abi_version;
@@ -229,7 +247,8 @@ struct agent_config {
 	__u32 pipes;            /* nonzero: capture pipes of the processes in pipe_pids */
 	__u32 wakeup_step;      /* a CPU looks at the ring's fill once it has sent this many
 				 * bytes since it last looked (0: at every record) */
-	__u32 _pad;
+	__u32 propagate;        /* nonzero: a request's trace context goes into its TCP option
+				 * at its first write (propagation.enabled) */
 	__u64 wide_keys[MAX_WIDE_KEYS]; /* first 8 path bytes, as a little-endian u64 */
 };
 

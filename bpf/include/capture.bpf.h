@@ -47,6 +47,10 @@ struct conn_state {
 	__u32 tls;       /* 1: an SSL session uses it: its socket bytes are ciphertext, not sent */
 	__u64 tls_pos[2]; /* plaintext bytes moved so far, by direction */
 	__u64 mute_seen; /* mute_epoch when `muted` was last looked at for it */
+	__u8 role;       /* enum conn_role */
+	__u8 last_dir;   /* 0: no bytes yet; 1 + the direction of its last bytes */
+	__u8 h2;         /* a client connection that sent HTTP/2's preface (propagation) */
+	__u8 _pad[5];
 };
 
 /* An SSL_read/SSL_write in progress on a thread (ssl_trace.bpf.c). */
@@ -93,6 +97,22 @@ struct syscall_args {
 	__u32 _pad;
 };
 
+/* The request a thread or a Context serves, whose trace its calls out carry in their TCP
+ * option (prop_send.bpf.h): the trace id (an incoming option's, or one drawn here) and the
+ * request (its server connection, and the bytes read on it before the request). */
+struct prop_origin {
+	__u8 trace_id[16];
+	struct conn_key conn;
+	__u64 pos;
+	__u64 read_ns;   /* when the request was read */
+	__u8 flags;      /* PROP_F_SAMPLED */
+	__u8 set;        /* 0: none */
+	__u8 fresh;      /* read, and not yet handed to a Context copy */
+	__u8 interleaved; /* (a thread's) it read a request before answering the one before:
+			   * an event loop, whose writes its last request cannot name */
+	__u8 _pad[4];
+};
+
 /* What the capture programs keep per thread, in one value so that a syscall's exit finds
  * its arguments, the SSL call around it and the thread's last read with one lookup: the
  * syscall's arguments from its entry to its exit (kind 0: taken), the SSL call in progress
@@ -114,6 +134,8 @@ struct thread_state {
 	 * (uvloop's run_in_context: socket_trace.bpf.c), and when */
 	__u64 loop_entered;
 	__u64 loop_entered_ns;
+	/* the request this thread read last on a server connection (propagation) */
+	struct prop_origin req;
 };
 
 struct scratch {
@@ -137,7 +159,7 @@ CAPTURE_MAP struct {
 } threads SEC(".maps");
 
 /* One zeroed thread_state, never written: a new thread's value is copied from here (a
- * value on the stack would take 112 of a read exit's 512 bytes). */
+ * value on the stack would take ~200 of a read exit's 512 bytes). */
 CAPTURE_MAP struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -524,6 +546,7 @@ static __always_inline struct conn_state *get_conn(int fd, struct socket *sock, 
 	new_st.key.gen = bpf_ktime_get_ns();
 	new_st.sk = (__u64)sk;
 	new_st.flags = flags | (role == ROLE_UNKNOWN ? CONN_F_PREEXISTING : 0);
+	new_st.role = role;
 	new_st.traced = is_target(&local, &remote);
 	bpf_map_update_elem(&conns, &mkey, &new_st, BPF_ANY);
 	st = bpf_map_lookup_elem(&conns, &mkey);
@@ -737,5 +760,7 @@ static __always_inline __u32 tcp_seq_of(struct conn_state *st, struct sock *sk, 
 	__u32 seq = dir == DIR_EGRESS ? BPF_CORE_READ(tp, write_seq) : BPF_CORE_READ(tp, copied_seq);
 	return seq - (__u32)len;
 }
+
+#include "prop_send.bpf.h"
 
 #endif

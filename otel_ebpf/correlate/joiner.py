@@ -19,7 +19,9 @@ Evidence, strongest first (the span attribute `otel_ebpf.correlation` names it):
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import ipaddress
 import time
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
@@ -112,7 +114,7 @@ def parse_traceparent(value: str) -> tuple[bytes, bytes] | None:
 def message_ids(span: NeutralSpan) -> None:
     """A message's sender and its receivers, on any host, compute the same IDs from its
     identity: the sender's span is the trace's root, each receiver's span its child."""
-    trace, origin = derived_ids(("message", span.message_id))
+    trace, origin = identity_ids(f"message|{span.message_id}")
     span.trace_id = trace
     if span.kind in (SpanKind.PRODUCER, SpanKind.CLIENT):
         span.span_id = origin
@@ -121,10 +123,56 @@ def message_ids(span: NeutralSpan) -> None:
     span.attributes[ATTRIBUTE] = "message"
 
 
-def derived_ids(key: WireKey) -> tuple[bytes, bytes]:
-    """(trace id, span id) both hosts of a connection compute alike from what both see."""
-    digest = hashlib.sha256("|".join(map(str, key)).encode()).digest()
+def identity_ids(identity: str) -> tuple[bytes, bytes]:
+    """(trace id, span id) every host computes alike from an identity they all see."""
+    digest = hashlib.sha256(identity.encode()).digest()
     return digest[:16], digest[16:24]
+
+
+def derived_ids(key: WireKey) -> tuple[bytes, bytes]:
+    """(trace id, span id) both hosts of a connection compute alike from what both see: the
+    client's address and port, the server's, the TCP sequence number of the request's first
+    byte."""
+    client, client_port, server, server_port, seq = key
+    return wire_ids(_addr_words(str(client)), _addr_words(str(server)),
+                    int(client_port), int(server_port), int(seq))
+
+
+M64 = (1 << 64) - 1
+
+
+def _splitmix(z: int) -> int:
+    """splitmix64's step: a bijective mix of 64 bits (its constants are Steele et al.'s)."""
+    z = (z + 0x9E3779B97F4A7C15) & M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+WIRE_SEED = 0x6F74656C2D656270  # "otel-ebp"
+
+
+def wire_ids(client: tuple[int, int], server: tuple[int, int], client_port: int,
+             server_port: int, seq: int) -> tuple[bytes, bytes]:
+    """The derived pair of a request on the wire, from the addresses as two 64-bit words
+    each (big-endian halves of the 16-byte address, IPv4 as IPv4-mapped IPv6). The kernel
+    computes the same (bpf/include/prop_send.bpf.h, prop_wire_trace), so that a server
+    request's trace is known at its read to the calls it makes."""
+    h = WIRE_SEED
+    for word in (*client, *server,
+                 (client_port & 0xFFFF) << 48 | (server_port & 0xFFFF) << 32 | seq & 0xFFFFFFFF):
+        h = _splitmix(h ^ word)
+    trace = _splitmix(h ^ 1).to_bytes(8, "big") + _splitmix(h ^ 2).to_bytes(8, "big")
+    span = _splitmix(h ^ 3) or 1  # an all-zero span ID is invalid
+    return trace, span.to_bytes(8, "big")
+
+
+@functools.lru_cache(maxsize=4096)
+def _addr_words(address: str) -> tuple[int, int]:
+    ip = ipaddress.ip_address(address)
+    raw = (ipaddress.IPv6Address(b"\0" * 10 + b"\xff\xff" + ip.packed).packed
+           if ip.version == 4 else ip.packed)
+    return int.from_bytes(raw[:8], "big"), int.from_bytes(raw[8:], "big")
 
 
 class Correlator:

@@ -19,11 +19,14 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from otel_ebpf.kernel.abi import is_loopback
+from otel_ebpf.kernel.abi import ContextOut, is_loopback
 
-from .joiner import ATTRIBUTE, Correlator, Request, WireKey, _now, _trace_of, derived_ids
+from .joiner import (ATTRIBUTE, MAX_DEPTH, Correlator, Request, WireKey, _now, _trace_of,
+                     derived_ids)
 
 EVIDENCE = "tcp_option"
+# a call the agent's own evidence left ambiguous, whose parent the kernel named at its write
+SEND_CONTEXT = "send_context"
 # contexts that came before their server request was read (the option can overtake the
 # server's read of the request it names), requests whose trace is not known yet, connections
 # that carried contexts
@@ -56,10 +59,16 @@ class RemoteContexts:
         correlator.context_wait_ns = max(wait_ns, correlator.remote_window_ns)
         self._seen: OrderedDict[WireKey, None] = OrderedDict()  # client requests looked at
         self._undecided: OrderedDict[WireKey, Request] = OrderedDict()  # trace not known yet
+        # calls whose context the kernel sent, until their served request's trace is known
+        self._adopting: OrderedDict[WireKey, tuple] = OrderedDict()
         # contexts not matched to a server request yet, with when they came: kept a window
         # (a request is read within moments of its context), then counted as unmatched
         self._arrived: OrderedDict[WireKey, tuple[bytes, bool, int]] = OrderedDict()
-        self.sent = self.received = self.unmatched = 0
+        # contexts the kernel sent at a call's first write, by (connection, position), until
+        # the call's request comes
+        self._at_send: OrderedDict[tuple[tuple[int, int, int], int],
+                                   tuple[bytes, tuple[int, int, int], int]] = OrderedDict()
+        self.sent = self.received = self.unmatched = self.at_send = 0
 
     # ---- the client's side ------------------------------------------------------------
 
@@ -76,7 +85,16 @@ class RemoteContexts:
             if not is_loopback(key[2]):
                 # named now, before any release can settle its span with another ID
                 req.span_id = derived_ids(key)[1]
-                self._undecided[key] = req
+                at_send = self._at_send.pop((req.conn_key, req.stream_pos), None)
+                if at_send is None:
+                    self._undecided[key] = req
+                else:  # its context left with its first segment: its trace is that one
+                    self._adopting[key] = (req, *at_send)
+        for key, (req, *at_send) in list(self._adopting.items()):
+            if self._adopt(req, *at_send):
+                del self._adopting[key]
+        while len(self._adopting) > MAX_KEPT:
+            self._adopting.popitem(last=False)
         while len(seen) > MAX_KEPT:
             seen.popitem(last=False)
         for key, req in list(self._undecided.items()):
@@ -95,6 +113,54 @@ class RemoteContexts:
             self._undecided.popitem(last=False)
         self.sent += len(out)
         return out
+
+    def queued_at_send(self, contexts: list[ContextOut]) -> None:
+        """Contexts the kernel queued for a call's first segment at its first write (it knew
+        the request the writing thread or Context served): the call's span adopts that
+        trace when its request comes (outgoing())."""
+        at_send = self._at_send
+        for c in contexts:
+            at_send[(c.key, c.pos)] = (c.trace_id, c.origin, c.origin_pos)
+        while len(at_send) > MAX_KEPT:
+            at_send.popitem(last=False)
+
+    def _adopt(self, req: Request, trace: bytes, origin: tuple[int, int, int],
+               origin_pos: int) -> bool:
+        """A call whose context the kernel sent: where this agent's join agrees with the
+        kernel on the request it was made for, that request's trace is the one sent (a root
+        takes it as its trace ID). A call this agent found `ambiguous` (several requests
+        open, no evidence naming one) takes the kernel's request as its parent
+        (`send_context`): the kernel followed the call's Context to the request it was made
+        for. Where they name different requests, the server's trace and this call's differ
+        (counted: never a parent guessed to make them agree). False while an ancestor
+        waits for its own parent (asked again after the next batch)."""
+        if req.evidence == "ambiguous" and not req.trace_id:
+            # several requests were open and this agent's evidence named none; the kernel
+            # followed the call's Context back to the request it was born for
+            owner = self.correlator.requests.get((origin, origin_pos))
+            if owner is not None:
+                req.parent, req.evidence = owner, SEND_CONTEXT
+        r, served = req, False
+        for _ in range(MAX_DEPTH):
+            served = served or (r.conn_key == origin and r.stream_pos == origin_pos)
+            if r.remote_parent is not None:
+                break
+            if not r.decided:
+                return False
+            if r.parent is None:
+                break
+            r = r.parent
+        if served:
+            if r.remote_parent is not None:
+                served = r.remote_parent[0] == trace
+            elif not r.trace_id or r.trace_id == trace:
+                r.trace_id = trace
+            else:
+                served = False
+        self.at_send += 1
+        outcome = "at_send" if served else "at_send_disagreed"
+        self.correlator.stats.add("propagation.contexts", outcome=outcome)
+        return True
 
     # ---- the server's side ------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from typing import NamedTuple
 from otel_ebpf import _fast
 from otel_ebpf.protocols.base import Direction, Role, positional_maker
 
-ABI_VERSION = 5
+ABI_VERSION = 6
 MAX_CAPTURE = 65536
 MAX_TARGETS = 1024
 COMM_LEN = 16
@@ -24,7 +24,7 @@ MAX_WIDE_KEYS = 32  # bpf/include/abi.h: POST paths a connection is widened for 
 
 EV_CONN_OPEN, EV_CONN_CLOSE, EV_DATA, EV_PROC_EXIT, EV_TASK_NEW, EV_PROC_EXEC, EV_PROC_FORK = (
     1, 2, 3, 4, 5, 6, 7)
-EV_CONTEXT_IN = 8
+EV_CONTEXT_IN, EV_CONTEXT_OUT = 8, 9
 
 CONN_F_STREAM, CONN_F_UNIX, CONN_F_TCP, CONN_F_PREEXISTING, CONN_F_PIPE = 1, 2, 4, 8, 16
 DATA_F_TRUNCATED, DATA_F_HAS_PEER, DATA_F_WIDE, DATA_F_TLS, DATA_F_NO_SEQ = 1, 2, 4, 8, 16
@@ -45,6 +45,8 @@ COUNTER_NAMES = {
     11: "prop_received",
     12: "prop_refused",
     13: "prop_untrusted_dst",
+    14: "prop_at_send",
+    15: "prop_slots_full",
 }
 CNT_MAX = 16
 
@@ -66,6 +68,7 @@ PROP_SLOT = struct.Struct("<16sIIB7x")  # trace id, seq, order (0: free), flags
 PROP_PENDING = struct.Struct("<" + "16sIIB7x" * PROP_SLOTS)
 PROP_NET = struct.Struct("<I16s")  # LPM trie key: prefix length, address
 CONTEXT_IN = struct.Struct("<B3xIQ" + "16s16sHHH2x" + "IB3x16s")
+CONTEXT_OUT = struct.Struct("<B3xIQ" + "IiQ" + "QIB3x16s" + "IiQ" + "Q")
 
 AF_NAMES = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6", socket.AF_UNIX: "unix"}
 
@@ -192,8 +195,25 @@ class ContextIn:
         return bool(self.flags & PROP_F_SAMPLED)
 
 
+@dataclass(frozen=True, slots=True)
+class ContextOut:
+    """A call's trace context, queued by the kernel for the TCP option of its first segment
+    at its first write (bpf/include/prop_send.bpf.h): the client connection and the bytes
+    written on it before the call, the TCP sequence number of its first byte, the trace of
+    the request the writing thread or Context served (its connection and read position)."""
+
+    ts_ns: int
+    key: tuple[int, int, int]  # (pid, fd, gen) of the client connection
+    pos: int
+    seq: int
+    flags: int
+    trace_id: bytes  # 16 bytes
+    origin: tuple[int, int, int]  # (pid, fd, gen) of the served request's connection
+    origin_pos: int
+
+
 Event = (ConnOpen | ConnClose | DataEvent | ProcessExit | TaskNew | ProcessExec | ProcessFork
-         | ContextIn)
+         | ContextIn | ContextOut)
 
 
 def pipe_name(inode: int) -> str:
@@ -295,6 +315,13 @@ def _decode_context_in(buf: bytes) -> ContextIn:
                      seq=seq, flags=flags, trace_id=trace_id)
 
 
+def _decode_context_out(buf: bytes) -> ContextOut:
+    (_, _, ts, pid, fd, gen, pos, seq, flags, trace_id, opid, ofd, ogen, opos) = (
+        CONTEXT_OUT.unpack_from(buf))
+    return ContextOut(ts_ns=ts, key=(pid, fd, gen), pos=pos, seq=seq, flags=flags,
+                      trace_id=trace_id, origin=(opid, ofd, ogen), origin_pos=opos)
+
+
 _DECODERS = {
     EV_CONN_OPEN: (CONN_OPEN.size, _decode_open),
     EV_CONN_CLOSE: (CONN_CLOSE.size, _decode_close),
@@ -304,6 +331,7 @@ _DECODERS = {
     EV_PROC_EXEC: (PROC_EXIT.size, _decode_exec),
     EV_PROC_FORK: (PROC_EXIT.size, _decode_fork),
     EV_CONTEXT_IN: (CONTEXT_IN.size, _decode_context_in),
+    EV_CONTEXT_OUT: (CONTEXT_OUT.size, _decode_context_out),
 }
 
 
@@ -385,6 +413,7 @@ def pack_agent_config(
     wide_keys: tuple[bytes, ...] = (),
     pipes: bool = False,
     wakeup_step: int = 0,
+    propagate: bool = False,
 ) -> bytes:
     keys = [int.from_bytes(k, "little") for k in wide_keys[:MAX_WIDE_KEYS]]
     return AGENT_CONFIG.pack(
@@ -401,7 +430,7 @@ def pack_agent_config(
         len(keys),
         int(pipes),
         wakeup_step,
-        0,
+        int(propagate),
         *keys,
         *[0] * (MAX_WIDE_KEYS - len(keys)),
     )

@@ -105,8 +105,9 @@ class Propagation:
         if not free:
             self.full += 1
             return False
-        # the kernel sends the lowest order first: one above every pending one
-        order = max(s.order for s in slots) + 1
+        # the kernel sends the lowest order first: one above every pending one, and above 1,
+        # which the kernel gives the context of a call it queues at the call's first write
+        order = max(1, *(s.order for s in slots)) + 1
         slots[free[0]] = abi.PropSlot(trace_id, seq & 0xFFFFFFFF, order,
                                       abi.PROP_F_SAMPLED if sampled else 0)
         self.out.update(key, abi.pack_prop_pending(slots))

@@ -172,8 +172,9 @@ class SocketTracer:
             raise BPFError(f"wide capture {wide} / tail {s.tail_capture} outside "
                            f"0..{abi.MAX_CAPTURE}")
         self.obj.set_autoload(PROPAGATION_PROGRAM, s.propagation is not None)
-        if s.propagation is None:  # an LRU hash is allocated whole: keep it to one entry
-            self.obj.set_max_entries("prop_out", 1)
+        if s.propagation is None:  # an LRU hash is allocated whole: keep each to one entry
+            for name in ("prop_out", "prop_in", "prop_traces"):
+                self.obj.set_max_entries(name, 1)
         self.obj.set_max_entries("events", s.ring_buffer_bytes)
         self.obj.set_max_entries("conns", s.max_connections)
         cpus = lib.libbpf_num_possible_cpus()
@@ -195,6 +196,7 @@ class SocketTracer:
                 tail_capture=s.tail_capture if keys else 0,
                 wide_keys=keys,
                 pipes=s.pipes,
+                propagate=s.propagation is not None,
             )
         )
 

@@ -47,6 +47,10 @@ int main(void) {
     O(prop_slot, seq); O(prop_slot, order); O(prop_slot, flags); O(prop_net, addr);
     O(context_in_event, conn); O(context_in_event, seq); O(context_in_event, flags);
     O(context_in_event, trace_id);
+    S(context_out_event); O(context_out_event, conn); O(context_out_event, pos);
+    O(context_out_event, seq); O(context_out_event, flags); O(context_out_event, trace_id);
+    O(context_out_event, origin); O(context_out_event, origin_pos); O(agent_config, propagate);
+    printf("CNT_PROP_SEND %d %d %d\n", EV_CONTEXT_OUT, CNT_PROP_AT_SEND, CNT_PROP_SLOTS_FULL);
     printf("PROP %d %d %d %d %d %d %d %d\n", EV_CONTEXT_IN, PROP_OPT_KIND, PROP_EXID,
            PROP_OPT_LEN, PROP_F_SAMPLED, PROP_SLOTS, PROP_MAX_CONNS, PROP_MAX_NETS);
     printf("CNT_PROP %d %d %d %d %d\n", CNT_PROP_WRITTEN, CNT_PROP_NO_ROOM, CNT_PROP_RECEIVED,
@@ -141,6 +145,29 @@ def test_propagation_layouts(c_layout):
         abi.PROP_F_SAMPLED, abi.PROP_SLOTS, abi.PROP_MAX_CONNS, abi.PROP_MAX_NETS)]
     assert [abi.COUNTER_NAMES[int(i)] for i in c_layout["CNT_PROP"].split()] == [
         "prop_written", "prop_no_room", "prop_received", "prop_refused", "prop_untrusted_dst"]
+    # the context a call's first write queued
+    assert int(c_layout["context_out_event"]) == abi.CONTEXT_OUT.size
+    k = abi.KEY.size
+    assert [int(c_layout[f"context_out_event.{f}"]) for f in (
+        "conn", "pos", "seq", "flags", "trace_id", "origin", "origin_pos")] == [
+            h, h + k, h + k + 8, h + k + 12, h + k + 16, h + k + 32, h + 2 * k + 32]
+    assert int(c_layout["agent_config.propagate"]) == 13 * 4
+    ev, at_send, full = c_layout["CNT_PROP_SEND"].split()
+    assert int(ev) == abi.EV_CONTEXT_OUT
+    assert (abi.COUNTER_NAMES[int(at_send)], abi.COUNTER_NAMES[int(full)]) == (
+        "prop_at_send", "prop_slots_full")
+
+
+def test_context_out_decodes():
+    """An EV_CONTEXT_OUT record -> ContextOut, by abi.decode and by the batch path."""
+    trace = bytes(range(16))
+    rec = abi.CONTEXT_OUT.pack(abi.EV_CONTEXT_OUT, 7, 5000, 10, 4, 99, 1234, 0xFFFFFFF0, 1,
+                               trace, 10, 3, 55, 0)
+    ev = abi.decode(rec)
+    assert ev == abi.ContextOut(ts_ns=5000, key=(10, 4, 99), pos=1234, seq=0xFFFFFFF0, flags=1,
+                                trace_id=trace, origin=(10, 3, 55), origin_pos=0)
+    events, bad = abi.decode_batch([rec])
+    assert (events, bad) == ([ev], 0)
 
 
 def test_context_in_decodes_both_ways():
@@ -215,7 +242,8 @@ def test_decode_roundtrip():
     assert ev.tls and ev.tcp_seq is None and ev.payload == payload
 
 
-@pytest.mark.parametrize("record", [b"", b"\x09" + bytes(100), b"\x03" + bytes(10)])
+@pytest.mark.parametrize("record", [b"", b"\x7f" + bytes(100), b"\x03" + bytes(10),
+                                    b"\x09" + bytes(20)])
 def test_decode_rejects_bad_records(record):
     with pytest.raises(abi.BadRecord):
         abi.decode(record)

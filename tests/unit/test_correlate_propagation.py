@@ -5,7 +5,8 @@ becomes a child of the client span in the client's trace."""
 from __future__ import annotations
 
 from otel_ebpf.correlate.joiner import Correlator, derived_ids
-from otel_ebpf.correlate.propagation import EVIDENCE, RemoteContexts
+from otel_ebpf.correlate.propagation import EVIDENCE, SEND_CONTEXT, RemoteContexts
+from otel_ebpf.kernel.abi import ContextOut
 from otel_ebpf.protocols.base import ConnInfo, Direction, Frame, NeutralSpan, Role, SpanKind
 from otel_ebpf.telemetry import Stats
 
@@ -197,3 +198,76 @@ def test_a_request_from_a_connection_without_contexts_waits_only_twice_the_windo
     assert model.on_spans([served], now_ns=0) == []
     assert model.expire(now_ns=2 * window) == [served]
     assert served.attributes["otel_ebpf.correlation"] == "derived"
+
+
+def _at_send(trace: bytes, origin: tuple[int, int, int], origin_pos: int = 0) -> ContextOut:
+    """What the kernel says when it queued GATEWAY_OUT's context at the call's write."""
+    return ContextOut(ts_ns=30, key=(1, 5, 1), pos=0, seq=SEQ, flags=1, trace_id=trace,
+                      origin=origin, origin_pos=origin_pos)
+
+
+def _outcomes(stats: Stats) -> dict[str, int]:
+    return {dict(attrs).get("outcome"): n for (name, attrs), n in stats.snapshot().items()
+            if name == "propagation.contexts"}
+
+
+def test_a_call_the_kernel_sent_at_its_write_takes_that_trace():
+    gw, gw_prop, inbound, outbound = _gateway()
+    trace = bytes(range(1, 17))
+    gw_prop.queued_at_send([_at_send(trace, origin=(1, 4, 1))])  # GATEWAY_IN's request
+    assert gw_prop.outgoing() == []  # on the wire already: nothing sent after the fact
+    gw.on_spans([outbound, inbound], now_ns=0)
+    gw.flush()
+    # the whole chain (the local caller's span is its root) takes the kernel's trace
+    assert outbound.trace_id == inbound.trace_id == trace
+    assert outbound.parent_span_id == inbound.span_id
+    assert outbound.span_id == derived_ids((A, 41000, B, 8000, SEQ))[1]
+    assert _outcomes(gw.stats) == {"at_send": 1}
+
+
+def test_a_kernel_context_for_another_request_is_counted_and_changes_nothing():
+    gw, gw_prop, inbound, outbound = _gateway()
+    trace = bytes(range(1, 17))
+    gw_prop.queued_at_send([_at_send(trace, origin=(1, 99, 1))])
+    assert gw_prop.outgoing() == []
+    gw.on_spans([outbound, inbound], now_ns=0)
+    gw.flush()
+    assert outbound.parent_span_id == inbound.span_id  # the agent's own join stands
+    assert outbound.trace_id == inbound.trace_id != trace
+    assert _outcomes(gw.stats) == {"at_send_disagreed": 1}
+
+
+def test_an_ambiguous_call_takes_the_request_the_kernel_named():
+    c = Correlator(Stats())
+    p = RemoteContexts(c)
+    first = conn(1, 4, Role.SERVER, A, 8000, "10.0.0.9", 50000)
+    second = conn(1, 6, Role.SERVER, A, 8000, "10.0.0.9", 50001)
+    # two requests open on other threads, the call made on a third: no evidence names one
+    c.on_frames([(first, frame(INGRESS, 10, 20, tid=7, seq=1)),
+                 (second, frame(INGRESS, 11, 21, tid=8, seq=1)),
+                 (GATEWAY_OUT, frame(EGRESS, 30, 31, tid=9, seq=SEQ))], now_ns=0)
+    # the served request came from an untraced host: its trace is the derived one, which
+    # the kernel computes alike at the read
+    trace = derived_ids(("10.0.0.9", 50001, A, 8000, 1))[0]
+    p.queued_at_send([_at_send(trace, origin=(1, 6, 1))])
+    assert p.outgoing() == []
+    served, call = span(second), span(GATEWAY_OUT)
+    c.on_spans([call, served], now_ns=0)
+    c.flush()
+    assert call.parent_span_id == served.span_id
+    assert call.attributes["otel_ebpf.correlation"] == SEND_CONTEXT
+    assert call.trace_id == served.trace_id == trace
+    p.outgoing()  # the agreement is checked once the served request's trace is known
+    assert _outcomes(c.stats) == {"at_send": 1}
+
+
+def test_the_derived_pair_is_what_the_kernel_computes():
+    """Pinned values: bpf/include/prop_send.bpf.h computes the same pair from the socket
+    (a change to either side must change both)."""
+    trace, span_id = derived_ids(("10.244.1.2", 41000, "10.244.2.3", 8000, 123456))
+    assert (trace.hex(), span_id.hex()) == ("1816c9bbd6519e8ba2b73d4fba72c6e4", "7ac74905d05c3ee0")
+    v6 = derived_ids(("fd00::1", 41000, "fd00::2", 8000, 0xFFFFFFFF))
+    assert v6 != derived_ids(("fd00::1", 41000, "fd00::2", 8000, 0))
+    # an IPv4 peer of an IPv6 socket is the same connection as of an IPv4 socket
+    assert derived_ids(("::ffff:10.244.1.2", 41000, "10.244.2.3", 8000, 1)) == \
+        derived_ids(("10.244.1.2", 41000, "10.244.2.3", 8000, 1))
