@@ -17,10 +17,12 @@ Every round starts both agents afresh, with `receivers.ebpf.propagation.enabled`
 agent's sock_ops program on its own node's cgroup) or off (nothing else differs), then a
 fresh server and gateway (so every connection of the round is made under that agent: the
 kernel asks for the option callbacks when a connection is established), then --warmup
-requests and a pause past the server's keep-alive timeout (a context leaves on its
-connection's next segment: the warm-up's last ones on the FINs of its idle connections,
-before the window, not in it), then --requests requests at --concurrency, the figures taken
-around those, then everything of the round stopped. Rounds alternate off, on, off, on...
+requests and a pause past the server's keep-alive timeout (the kernel queues a call's
+context at its first write, for its first segment; one it could not queue there, agent A
+hands over after the fact for the connection's next segment: the warm-up's last such ones
+leave on the closes of its idle connections, before the window, not in it), then
+--requests requests at --concurrency, the figures taken around those, then everything of
+the round stopped. Rounds alternate off, on, off, on...
 (--rounds of each).
 
 Per round:
@@ -31,20 +33,23 @@ Per round:
   segments   TcpOutSegs of each node's namespace (node A's counts the load generator's
              loopback traffic to the gateway too) and the packets each node's veth sent
              (only the traffic between the nodes), per request
-  options    the kernel's counts (the capture object's `counters` map: prop_written,
-             prop_received, prop_no_room...) and the share of node A's packets to node B
-             that carried one
+  options    the kernel's counts (the capture object's `counters` map: prop_at_send,
+             prop_written, prop_received, prop_no_room...) and the share of node A's packets
+             to node B that carried one
   sock_ops   run_cnt and run_time_ns of each node's program (kernel.bpf_stats_enabled on
              for the run, restored after), per run and per request
+  BPF        run_time_ns of every program each agent holds (the syscall programs that
+             queue a context at a call's first write too), over the load, both modes: in
+             all, and by program where the modes differ
   one trace  of the round's requests, those whose gateway CLIENT span and server SERVER
              span share a trace ID (bench/two_nodes.py's score): that the option did its job
 
 Prints a line per round, then medians [min–max] of each mode and on/off ratios, and writes
 every round's figures to WORKDIR/rounds.json. An "on" round in which fewer than half the
 requests' contexts reached node B is flagged (its option and sock_ops figures measure a
-cost hardly paid): agent A decides a call's trace after reading it, the context rides the
-connection's next segment, and a connection keeps at most PROP_SLOTS of them waiting, so
-when the decisions come after the load's connections went quiet most are never sent.
+cost hardly paid), with agent A's count of contexts by outcome: contexts handed over after
+the fact ride the connection's next segment, a connection keeps at most PROP_SLOTS waiting,
+and when they come after the load's connections went quiet most are never sent.
 bench/tcp_option_cost.py measures the option program alone on a bare connection (no agent,
 no application).
 """
@@ -70,14 +75,15 @@ ROUTE = "direct"  # the pod's address: the NAT routes cost the same option, plus
 SETTLE_S = 6.0  # > twice the correlation window (spans waiting for a context) and > uvicorn's
 # 5 s keep-alive timeout (the idle connections close, so contexts still queued leave on the
 # FINs, in the window: the same closes in both modes)
-WARM_SETTLE_S = SETTLE_S  # after the warm-up, as long: the option rides a connection's
-# next segment, so the warm-up's last contexts wait on its idle connections until they
-# close; counted in the window they would add the warm-up's requests to the measured ones
+WARM_SETTLE_S = SETTLE_S  # after the warm-up, as long: a context handed over after the fact
+# rides its connection's next segment, so the warm-up's last such ones wait on its idle
+# connections until they close; counted in the window they would add the warm-up's requests
+# to the measured ones
 BPFTOOL_TIMEOUT_S = 20.0
 MODES = ("off", "on")
 TOOK_SHARE = 0.5  # of the requests' contexts received at node B: below, the round is flagged
 PROP_COUNTERS = ("prop_written", "prop_no_room", "prop_received", "prop_refused",
-                 "prop_untrusted_dst")
+                 "prop_untrusted_dst", "prop_at_send", "prop_slots_full")
 
 
 def overrides(node, on: bool) -> dict | None:
@@ -163,6 +169,28 @@ def cgroup_cpu_us(node) -> int:
     raise RuntimeError(f"no usage_usec in {node.cgroup}/cpu.stat")
 
 
+def agent_bpf(pid: int, names: dict[int, str], proc: str = "/proc") -> dict[str, int]:
+    """run_time_ns by program name, over every BPF program the agent process holds (the
+    fdinfo of its program fds: the capture's syscall and uprobe programs, the option's
+    sock_ops, ...): the kernel time the agent's programs took, in both modes. `names`: the
+    programs' names by id (prog_names)."""
+    out: dict[str, int] = {}
+    for info in Path(proc, str(pid), "fdinfo").iterdir():
+        try:
+            fields = dict(line.split(":", 1) for line in info.read_text().splitlines()
+                          if ":" in line)
+        except OSError:  # an fd closed meanwhile
+            continue
+        if "prog_type" in fields and "run_time_ns" in fields:  # a program, not a link or map
+            name = names.get(int(fields["prog_id"]), f"id {int(fields['prog_id'])}")
+            out[name] = out.get(name, 0) + int(fields["run_time_ns"])
+    return out
+
+
+def prog_names() -> dict[int, str]:
+    return {int(p["id"]): p.get("name", "") for p in bpftool("prog", "show") or []}
+
+
 def stats_enabled() -> bool:
     return STATS.read_text().strip() == "1"
 
@@ -201,6 +229,8 @@ class Round:
     out_segs: dict[str, int] = field(default_factory=dict)  # a, b (load + settle)
     veth_tx: dict[str, int] = field(default_factory=dict)  # a, b (load + settle)
     runs: dict[str, int] = field(default_factory=dict)  # sock_ops run_cnt, a, b
+    # every program of each agent over the load, by name, a, b
+    bpf_ns: dict[str, dict[str, int]] = field(default_factory=dict)
     run_ns: dict[str, int] = field(default_factory=dict)  # sock_ops run_time_ns, a, b
     options: dict[str, dict[str, int]] = field(default_factory=dict)  # kernel counts, a, b
     contexts: dict[str, dict[str, int]] = field(default_factory=dict)  # agents' metric
@@ -214,14 +244,18 @@ class Round:
 
     @property
     def took(self) -> bool:
-        """An "on" round in which most requests' contexts reached node B: one whose agent A
-        decided the calls' traces only after their connections went quiet sends at most
-        PROP_SLOTS per connection (the rest are counted unsent), and measures a cost that
-        was hardly paid."""
+        """An "on" round in which most requests' contexts reached node B: one in which they
+        were not (contexts handed over after the connections went quiet: at most PROP_SLOTS
+        per connection, the rest counted unsent) measures a cost that was hardly paid."""
         if self.mode != "on":
             return True
         received = self.options.get("b", {}).get("prop_received", 0)
         return received >= TOOK_SHARE * self.requests
+
+
+def _bpf(agents) -> dict[str, dict[str, int]]:
+    names = prog_names()
+    return {key: agent_bpf(agent.proc.pid, names) for key, agent in zip(("a", "b"), agents)}
 
 
 def _snapshot(a, b, topo, agents, progs: dict) -> dict:
@@ -231,6 +265,7 @@ def _snapshot(a, b, topo, agents, progs: dict) -> dict:
             "agent": {"a": proc_cpu_s(agents[0].proc.pid), "b": proc_cpu_s(agents[1].proc.pid)},
             "segs": {"a": out_segs(a.netns), "b": out_segs(b.netns)},
             "veth": {"a": veth_tx_packets(a), "b": veth_tx_packets(b)},
+            "bpf": _bpf(agents),
             "stats": {}, "counters": {}}
     for name, prog in progs.items():
         if prog is not None:
@@ -275,6 +310,9 @@ def one_round(a, b, mode: str, index: int, requests_n: int, concurrency: int, wa
                      "server": proc_cpu_s(server.pid) - before["cpu"]["server"]}
         out.cgroup_s = {n.name: (cgroup_cpu_us(n) - before["cgroup"][n.name]) / 1e6
                         for n in (a, b)}
+        out.bpf_ns = {key: {name: ns - before["bpf"][key].get(name, 0)
+                            for name, ns in by_name.items()}
+                      for key, by_name in _bpf(agents).items()}
         out.stats_on = stats_enabled()
         time.sleep(SETTLE_S)
         after = _snapshot(a, b, topo, agents, progs)
@@ -347,7 +385,10 @@ def figures(r: Round) -> dict[str, float | None]:
         "segs_b": r.per_request(r.out_segs["b"]),
         "veth_a": r.per_request(r.veth_tx["a"]),
         "veth_b": r.per_request(r.veth_tx["b"]),
+        "bpf_a_us": r.per_request(sum(r.bpf_ns.get("a", {}).values())) / 1e3,
+        "bpf_b_us": r.per_request(sum(r.bpf_ns.get("b", {}).values())) / 1e3,
         "written": None, "share": None, "received": None, "no_room": None,
+        "at_send": None, "slots_full": None,
         "runs_a": None, "runs_b": None, "ns_run_a": None, "ns_run_b": None,
         "ns_req_a": None, "ns_req_b": None,
     }
@@ -357,6 +398,8 @@ def figures(r: Round) -> dict[str, float | None]:
         f["share"] = written / r.veth_tx["a"] if r.veth_tx["a"] else None
         f["received"] = r.per_request(r.options["b"]["prop_received"])
         f["no_room"] = r.per_request(r.options["a"]["prop_no_room"])
+        f["at_send"] = r.per_request(r.options["a"].get("prop_at_send", 0))
+        f["slots_full"] = r.per_request(r.options["a"].get("prop_slots_full", 0))
     for key in r.runs:
         f[f"runs_{key}"] = r.per_request(r.runs[key])
         f[f"ns_run_{key}"] = r.run_ns[key] / r.runs[key] if r.runs[key] else None
@@ -369,17 +412,18 @@ def line(r: Round) -> str:
     text = (f"{r.requests} requests ({r.errors} errors) in {r.load_s:.1f} s, gateway+server "
             f"{f['app_us']:.0f} µs/request, segments out A {f['segs_a']:.2f} B "
             f"{f['segs_b']:.2f} (A->B {f['veth_a']:.2f}), agents A {f['agent_a_us']:.0f} B "
-            f"{f['agent_b_us']:.0f} µs/request, one trace {r.one_trace}/{r.requests}")
+            f"{f['agent_b_us']:.0f} µs/request (BPF A {f['bpf_a_us']:.1f} B "
+            f"{f['bpf_b_us']:.1f}), one trace {r.one_trace}/{r.requests}")
     if r.runs:
         text += (f"; options {f['written']:.2f}/request ({100 * (f['share'] or 0):.0f} % of "
-                 f"A->B), sock_ops A {f['runs_a']:.1f} runs x {f['ns_run_a'] or 0:.0f} ns, "
-                 f"B {f['runs_b']:.2f} x {f['ns_run_b'] or 0:.0f} ns")
+                 f"A->B, {f['at_send']:.2f} queued at send), sock_ops A {f['runs_a']:.1f} "
+                 f"runs x {f['ns_run_a'] or 0:.0f} ns, B {f['runs_b']:.2f} x "
+                 f"{f['ns_run_b'] or 0:.0f} ns")
     if not r.stats_on:
         text += " [kernel.bpf_stats_enabled was turned off meanwhile]"
     if not r.took:
-        sent = r.contexts.get("a", {})
-        text += (f" [propagation did not take: agent A's contexts sent {sent.get('sent', 0)}, "
-                 f"unsent {sent.get('unsent', 0)}]")
+        text += (" [propagation did not take: agent A's contexts "
+                 f"{r.contexts.get('a', {})}]")
     return text
 
 
@@ -391,6 +435,8 @@ ROWS = [  # (figure, label, format)
     ("node_b_us", "node B's cgroup (server) per request (µs)", ".0f"),
     ("agent_a_us", "agent A CPU per request (µs, load and settle)", ".0f"),
     ("agent_b_us", "agent B CPU per request (µs, load and settle)", ".0f"),
+    ("bpf_a_us", "agent A's BPF programs per request (µs, the load)", ".1f"),
+    ("bpf_b_us", "agent B's BPF programs per request (µs, the load)", ".1f"),
     ("segs_a", "TCP segments out of node A per request (with loopback)", ".2f"),
     ("segs_b", "TCP segments out of node B per request", ".2f"),
     ("veth_a", "packets node A -> node B per request", ".2f"),
@@ -399,6 +445,8 @@ ROWS = [  # (figure, label, format)
     ("share", "share of A -> B packets carrying an option", ".3f"),
     ("received", "options received per request (node B)", ".2f"),
     ("no_room", "segments without room for a pending option per request", ".3f"),
+    ("at_send", "contexts queued by the kernel at a call's first write per request", ".2f"),
+    ("slots_full", "contexts not queued at send, 4 pending, per request", ".3f"),
     ("runs_a", "sock_ops runs per request, node A", ".2f"),
     ("ns_run_a", "sock_ops ns per run, node A", ".0f"),
     ("ns_req_a", "sock_ops ns per request, node A", ".0f"),
@@ -447,6 +495,26 @@ def report(rounds: list[Round]) -> str:
     return "\n".join(lines)
 
 
+def program_report(rounds: list[Round], least_us: float = 0.2) -> str:
+    """Markdown: each agent's programs whose median time per request differs by `least_us`
+    or more between the modes, largest difference first: where the BPF time goes."""
+    lines = ["| agent | program | off µs/request | on µs/request | on − off |",
+             "|---|---|---:|---:|---:|"]
+    for key in ("a", "b"):
+        names = {name for r in rounds for name in r.bpf_ns.get(key, {})}
+        rows = []
+        for name in names:
+            med = {m: statistics.median([r.per_request(r.bpf_ns.get(key, {}).get(name, 0))
+                                         / 1e3 for r in rounds if r.mode == m] or [0.0])
+                   for m in MODES}
+            if abs(med["on"] - med["off"]) >= least_us:
+                rows.append((med["on"] - med["off"], name, med))
+        for delta, name, med in sorted(rows, key=lambda row: -row[0]):
+            lines.append(f"| {key.upper()} | {name} | {med['off']:.2f} | {med['on']:.2f} | "
+                         f"{delta:+.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.propagation_cost", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -471,6 +539,8 @@ def main(argv: list[str] | None = None) -> int:
           f"concurrency {a.concurrency} per round (after {a.warmup} unmeasured); medians "
           "[min–max]\n")
     print(report(rounds))
+    print("\nBPF time by program, medians (differing by 0.2 µs per request or more)\n")
+    print(program_report(rounds))
     return 0
 
 

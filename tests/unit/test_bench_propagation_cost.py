@@ -119,7 +119,40 @@ def test_an_on_round_whose_contexts_did_not_reach_node_b_is_flagged():
     short.options["b"]["prop_received"] = 8
     short.contexts = {"a": {"sent": 32, "unsent": 68}}
     assert good.took and not short.took and _round("off", 0, 1.0).took
-    assert "propagation did not take: agent A's contexts sent 32, unsent 68" in pc.line(short)
+    flag = "propagation did not take: agent A's contexts {'sent': 32, 'unsent': 68}"
+    assert flag in pc.line(short)
     text = pc.report([_round("off", 0, 1.0), good, _round("off", 1, 1.0), short])
     assert text.splitlines()[-1].endswith("node B (their option and sock_ops figures are "
                                           "short): 2")
+
+
+def test_the_agents_programs_are_summed_from_its_fdinfo(tmp_path):
+    fdinfo = tmp_path / "42" / "fdinfo"
+    fdinfo.mkdir(parents=True)
+    prog = "pos:\t0\nflags:\t02000002\nprog_type:\t5\nprog_id:\t{id}\nrun_time_ns:\t{ns}\n" \
+           "run_cnt:\t{n}\nrecursion_misses:\t0\n"
+    (fdinfo / "3").write_text(prog.format(id=1, ns=1000, n=10))
+    (fdinfo / "4").write_text(prog.format(id=2, ns=250, n=5))
+    # a link names its program too, and a map has no run counts: neither is counted
+    (fdinfo / "5").write_text("link_type:\tperf\nlink_id:\t9\nprog_id:\t1\n")
+    (fdinfo / "6").write_text("map_type:\t2\nmap_id:\t7\n")
+    (fdinfo / "7").write_text("pos:\t0\nflags:\t02\n")
+    (fdinfo / "8").write_text(prog.format(id=3, ns=50, n=1))
+    names = {1: "enter_sendto", 2: "prop_sockops"}
+    assert pc.agent_bpf(42, names, proc=str(tmp_path)) == {
+        "enter_sendto": 1000, "prop_sockops": 250, "id 3": 50}
+
+
+def test_programs_are_listed_where_the_modes_differ():
+    rounds = [_round(m, i, 1.0) for i in range(2) for m in ("off", "on")]
+    for r in rounds:  # per round, for 100 requests: 10 µs and 2 µs per request off
+        r.bpf_ns = {"a": {"exit_recvfrom": 1_000_000, "enter_sendto": 200_000},
+                    "b": {"exit_recvfrom": 1_000_000}}
+        if r.mode == "on":
+            r.bpf_ns["a"] |= {"enter_sendto": 350_000, "prop_sockops": 400_000}
+            r.bpf_ns["b"] |= {"prop_sockops": 100_000}
+    assert pc.program_report(rounds).splitlines()[2:] == [
+        "| A | prop_sockops | 0.00 | 4.00 | +4.00 |",
+        "| A | enter_sendto | 2.00 | 3.50 | +1.50 |",
+        "| B | prop_sockops | 0.00 | 1.00 | +1.00 |"]
+    assert pc.figures(rounds[1])["bpf_a_us"] == pytest.approx(17.5)
