@@ -27,9 +27,10 @@ SPANS_WAIT_S = 60.0  # after the load: a server span waits the correlation windo
 SERVER_KIND = 2
 
 
-def traced_nodes(workdir: Path, overrides=lambda node: None):
+def traced_nodes(workdir: Path, overrides=lambda node: None, gateways=("async",)):
     """Two nodes, an agent each (`overrides(node)`: its config's overrides), the gateway ->
-    server topology; yields (node A, node B, topology, [agent A, agent B])."""
+    server topology with the gateways of these kinds (bench/two_nodes.py GATEWAYS) side by
+    side; yields (node A, node B, topology, [agent A, agent B])."""
     require_kernel()
     why = require_tools()
     if why:
@@ -42,7 +43,7 @@ def traced_nodes(workdir: Path, overrides=lambda node: None):
             agents = [start_node_agent(a, workdir / "agent-a", overrides(a)),
                       start_node_agent(b, workdir / "agent-b", overrides(b))]
             wait_ready(*agents)
-            topo = start_topology(a, b, workdir)
+            topo = start_topology(a, b, workdir, gateways)
             yield a, b, topo, agents
         finally:
             for agent in agents:
