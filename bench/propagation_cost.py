@@ -258,8 +258,16 @@ def _bpf(agents) -> dict[str, dict[str, int]]:
     return {key: agent_bpf(agent.proc.pid, names) for key, agent in zip(("a", "b"), agents)}
 
 
+def _programs(topo) -> tuple:
+    """(gateway, server): the processes of start_topology's one (async) gateway and its
+    HTTP server, by their argv."""
+    by_role = {p.argv[p.argv.index("bench.two_nodes") + 1]: p for p in topo.procs
+               if "bench.two_nodes" in p.argv}
+    return by_role["gateway"], by_role["server"]
+
+
 def _snapshot(a, b, topo, agents, progs: dict) -> dict:
-    gateway, server = topo.procs[1], topo.procs[0]  # start_topology's order
+    gateway, server = _programs(topo)
     snap = {"cpu": {"gateway": proc_cpu_s(gateway.pid), "server": proc_cpu_s(server.pid)},
             "cgroup": {"a": cgroup_cpu_us(a), "b": cgroup_cpu_us(b)},
             "agent": {"a": proc_cpu_s(agents[0].proc.pid), "b": proc_cpu_s(agents[1].proc.pid)},
@@ -290,7 +298,9 @@ def one_round(a, b, mode: str, index: int, requests_n: int, concurrency: int, wa
         # each round makes the Services again: forget the last round's, so that node A's
         # kube-proxy table is rewritten with the same two, not a growing list
         a.services.clear()
-        topo = start_topology(a, b, workdir)
+        # this bench's own warm-up below (the pod address only, at the load's concurrency):
+        # not start_topology's, through every route
+        topo = start_topology(a, b, workdir, warm=False)
         progs = {n.name: SockOps.of_cgroup(n.cgroup) for n in (a, b)}
         if on and None in progs.values():
             raise RuntimeError(f"propagation on, but a node has no sock_ops program: {progs}")
@@ -304,7 +314,7 @@ def one_round(a, b, mode: str, index: int, requests_n: int, concurrency: int, wa
         t0 = time.monotonic()
         load = topo.load(requests_n, concurrency, ROUTE)
         out.load_s = time.monotonic() - t0
-        gateway, server = topo.procs[1], topo.procs[0]
+        gateway, server = _programs(topo)
         # the watched programs over the load only; the rest after the settle
         out.cpu_s = {"gateway": proc_cpu_s(gateway.pid) - before["cpu"]["gateway"],
                      "server": proc_cpu_s(server.pid) - before["cpu"]["server"]}

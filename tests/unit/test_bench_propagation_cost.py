@@ -156,3 +156,12 @@ def test_programs_are_listed_where_the_modes_differ():
         "| A | enter_sendto | 2.00 | 3.50 | +1.50 |",
         "| B | prop_sockops | 0.00 | 1.00 | +1.00 |"]
     assert pc.figures(rounds[1])["bpf_a_us"] == pytest.approx(17.5)
+
+
+def test_the_gateway_and_the_server_are_found_by_their_argv():
+    from types import SimpleNamespace as NS
+
+    server = NS(argv=["python", "-m", "bench.two_nodes", "server"])
+    gateway = NS(argv=["python", "-m", "bench.two_nodes", "gateway", "--gateway", "async"])
+    grpc = NS(argv=["python", "-m", "bench.two_nodes", "grpc-server"])
+    assert pc._programs(NS(procs=[server, grpc, gateway])) == (gateway, server)
