@@ -16,7 +16,8 @@
  * programs also fill at a call's first write (prop_send.bpf.h).
  *
  * What runs when:
- *   ACTIVE_ESTABLISHED   a connection this node opened: towards a trusted address, ask for
+ *   ACTIVE_ESTABLISHED   a connection this node opened: towards a trusted address other than
+ *                        loopback (one agent sees both ends of those), ask for
  *                        the option callbacks (HDR_OPT_LEN and WRITE_HDR_OPT, per segment);
  *                        otherwise ask for nothing, so an untrusted connection costs
  *                        nothing per segment and can never carry a context.
@@ -94,6 +95,8 @@ static __always_inline void prop_active(struct bpf_sock_ops *skops)
 	struct prop_key k = {};
 	if (!prop_key_of(skops, &k))
 		return;
+	if (prop_loopback(k.remote))
+		return; /* one agent sees both ends: no option, so no callback per segment */
 	if (!prop_trusted_addr(k.remote)) {
 		count(CNT_PROP_UNTRUSTED_DST, 1);
 		return;
