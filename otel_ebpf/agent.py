@@ -43,8 +43,6 @@ from otel_ebpf.telemetry import Stats
 if TYPE_CHECKING:  # the GPU monitor is imported when it is enabled
     from otel_ebpf.gpu.monitor import GpuMonitor
 
-# the longest the ring waits to be read while trace contexts go to other hosts
-PROPAGATION_POLL_MS = 20
 log = logging.getLogger("otel_ebpf")
 
 READY_LINE = "otel-ebpf ready"
@@ -272,15 +270,6 @@ class Agent:
     def run(self) -> None:
         assert self.tracer is not None, "start() first"
         poll_ms = max(1, int(self.cfg.receiver.poll_interval_s * 1000))
-        if self.remote is not None:
-            # a call's context rides its connection's next segment after the call is read
-            # here: read soon enough that a short answer's ACKs are still to come
-            if poll_ms > PROPAGATION_POLL_MS:
-                log.info("ring buffer read every %d ms, not %d: with trace context "
-                         "propagation on, a call's context must reach the kernel before its "
-                         "connection's segments after the answer are sent", PROPAGATION_POLL_MS,
-                         poll_ms)
-                poll_ms = PROPAGATION_POLL_MS
         retire_probes = self.cfg.receiver.correlation_asyncio_tasks
         next_sweep = time.monotonic() + SWEEP_INTERVAL_S
         while not self._stop.is_set():
