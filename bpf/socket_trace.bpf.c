@@ -431,6 +431,24 @@ int enter_close(struct trace_event_raw_sys_enter *ctx)
 	return 0;
 }
 
+/* Can the program this process now runs be selected? Not when the targets are pids (and
+ * their descendants) or process names and it is none of them: user space then neither
+ * probes its interpreter nor looks for its OpenSSL (selection by port can take any
+ * process: every exec is told then). */
+static __always_inline bool exec_may_select(void)
+{
+	if (cfg.filter_ports || (!cfg.filter_pids && !cfg.filter_comms))
+		return true;
+	if (cfg.filter_pids && pid_selected())
+		return true;
+	if (cfg.filter_comms) {
+		char comm[COMM_LEN] = {};
+		process_comm(comm);
+		return bpf_map_lookup_elem(&target_comms, comm) != NULL;
+	}
+	return false;
+}
+
 /* A process event (exit, exec, fork) for user space about process `pid`. */
 static __always_inline int emit_proc_event(__u8 type, __u32 pid)
 {
@@ -471,6 +489,8 @@ int on_process_exec(void *ctx)
 	__u64 id = bpf_get_current_pid_tgid();
 	/* the old program's thread state, cached for the Context read, is no more */
 	bpf_map_delete_elem(&threads, &id);
+	if (!exec_may_select())
+		return 0;
 	return emit_proc_event(EV_PROC_EXEC, id >> 32);
 }
 
