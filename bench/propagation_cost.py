@@ -70,6 +70,7 @@ from pathlib import Path
 from bench.agent_process import proc_cpu_s
 from bench.tcp_option_cost import STATS, out_segs
 from bench.two_nodes import node_overrides, score, start_topology
+from tests.integration.conftest import read_metric_by
 
 ROUTE = "direct"  # the pod's address: the NAT routes cost the same option, plus conntrack
 SETTLE_S = 6.0  # > twice the correlation window (spans waiting for a context) and > uvicorn's
@@ -193,25 +194,6 @@ def prog_names() -> dict[int, str]:
 
 def stats_enabled() -> bool:
     return STATS.read_text().strip() == "1"
-
-
-def latest_by(path: Path, metric: str, key: str) -> dict[str, int]:
-    """An agent's latest value of the sum `metric`, by the value of attribute `key`."""
-    out: dict[str, int] = {}
-    if not path.exists():
-        return out
-    for line in path.read_text().splitlines():
-        for rm in json.loads(line).get("resourceMetrics", []):
-            for sm in rm.get("scopeMetrics", []):
-                for m in sm.get("metrics", []):
-                    if m["name"] != metric:
-                        continue
-                    for point in m.get("sum", {}).get("dataPoints", []):
-                        attrs = {a["key"]: a["value"].get("stringValue")
-                                 for a in point.get("attributes", [])}
-                        if key in attrs:  # not the unlabelled zero of a declared counter
-                            out[attrs[key]] = int(point.get("asInt", 0))
-    return out
 
 
 # ---- one round -------------------------------------------------------------------------
@@ -345,7 +327,7 @@ def one_round(a, b, mode: str, index: int, requests_n: int, concurrency: int, wa
             topo.stop()
     # the agents flushed on the way out: their last metrics and spans are in their files
     for key, agent in zip(("a", "b"), agents):
-        out.contexts[key] = latest_by(agent.traces, "otel_ebpf.propagation.contexts",
+        out.contexts[key] = read_metric_by(agent.traces, "otel_ebpf.propagation.contexts",
                                       "outcome")
     result = score(rids, read_spans(agents[0].traces), read_spans(agents[1].traces))
     out.one_trace, out.linked, out.both_ends = result.one_trace, result.linked, result.both_ends

@@ -542,30 +542,11 @@ def score(rids: list[str], gateway_spans: list, server_spans: list) -> Score:
     return result
 
 
-def counter_by(path: Path, name: str, label: str) -> dict[str, int]:
-    """An agent's latest value of counter `name` (otel_ebpf.*), by the value of `label`."""
-    out: dict[str, int] = {}
-    if not path.exists():
-        return out
-    for line in path.read_text().splitlines():
-        for rm in json.loads(line).get("resourceMetrics", []):
-            for sm in rm.get("scopeMetrics", []):
-                for m in sm.get("metrics", []):
-                    if m["name"] != name:
-                        continue
-                    for point in m.get("sum", {}).get("dataPoints", []):
-                        attrs = {a["key"]: a["value"].get("stringValue")
-                                 for a in point.get("attributes", [])}
-                        if label in attrs:  # not the unlabelled zero of a declared counter
-                            out[attrs[label]] = int(point.get("asInt", 0))
-                        elif not attrs:
-                            out[""] = int(point.get("asInt", 0))
-    return out
-
-
 def nat_lookups(path: Path) -> dict[str, int]:
     """An agent's latest otel_ebpf.nat.lookups, by result."""
-    out = counter_by(path, "otel_ebpf.nat.lookups", "result")
+    from tests.integration.conftest import read_metric_by
+
+    out = read_metric_by(path, "otel_ebpf.nat.lookups", "result")
     out.pop("", None)
     return out
 
@@ -573,19 +554,21 @@ def nat_lookups(path: Path) -> dict[str, int]:
 def probed_processes(path: Path) -> int:
     """How many processes an agent gave the Python Context probes so far (the latest
     otel_ebpf.context_probes.attached it exported)."""
-    return counter_by(path, "otel_ebpf.context_probes.attached", "-").get("", 0)
+    from tests.integration.conftest import read_metric_by
+
+    return read_metric_by(path, "otel_ebpf.context_probes.attached", "-").get("", 0)
 
 
 def agent_notes(path: Path, probed_before: int = 0) -> str:
     """What an agent's own metrics say about a run: the contexts it queued for the TCP
     option (sent) or could not (unsent: the connection's slots full, or it closed), and how
     many processes it gave the Context probes since `probed_before` (the count before the
-    loads). The agent probes every Python process started on the machine (and probes
-    again one it took them off that calls out), and each probe attach (at a start) and
-    detach (at an exit) holds its reading of the ring for a moment: during the loads this
-    topology starts no process, so more than a few here means another workload's disturbed
-    the run."""
-    contexts = counter_by(path, "otel_ebpf.propagation.contexts", "outcome")
+    loads). Each probe attach and detach holds the agent's reading of the ring for a
+    moment: during the loads this topology starts no process, so more than a few here
+    means something else disturbed the run."""
+    from tests.integration.conftest import read_metric_by
+
+    contexts = read_metric_by(path, "otel_ebpf.propagation.contexts", "outcome")
     contexts.pop("", None)
     during = probed_processes(path) - probed_before
     return (f"contexts {contexts or 'none'}; Python processes probed during the loads "

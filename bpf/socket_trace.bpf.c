@@ -437,16 +437,7 @@ int enter_close(struct trace_event_raw_sys_enter *ctx)
  * process: every exec is told then). */
 static __always_inline bool exec_may_select(void)
 {
-	if (cfg.filter_ports || (!cfg.filter_pids && !cfg.filter_comms))
-		return true;
-	if (cfg.filter_pids && pid_selected())
-		return true;
-	if (cfg.filter_comms) {
-		char comm[COMM_LEN] = {};
-		process_comm(comm);
-		return bpf_map_lookup_elem(&target_comms, comm) != NULL;
-	}
-	return false;
+	return cfg.filter_ports || (!cfg.filter_pids && !cfg.filter_comms) || process_selected();
 }
 
 /* A process event (exit, exec, fork) for user space about process `pid`. */

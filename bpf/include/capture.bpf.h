@@ -427,14 +427,9 @@ static __always_inline void process_comm(char *comm)
 	BPF_CORE_READ_STR_INTO((char(*)[COMM_LEN])comm, task, group_leader, comm);
 }
 
-static __always_inline bool is_target(struct addr *local, struct addr *remote)
+/* Is the calling process selected by pid (itself or an ancestor) or by name? */
+static __always_inline bool process_selected(void)
 {
-	/* the receiving end of the agent's own exports: tracing it would feed back */
-	if (cfg.ignore_ports && (bpf_map_lookup_elem(&ignored_ports, &local->port) ||
-				 bpf_map_lookup_elem(&ignored_ports, &remote->port)))
-		return false;
-	if (!cfg.filter_pids && !cfg.filter_comms && !cfg.filter_ports)
-		return true;
 	if (cfg.filter_pids && pid_selected())
 		return true;
 	if (cfg.filter_comms) {
@@ -443,6 +438,19 @@ static __always_inline bool is_target(struct addr *local, struct addr *remote)
 		if (bpf_map_lookup_elem(&target_comms, comm))
 			return true;
 	}
+	return false;
+}
+
+static __always_inline bool is_target(struct addr *local, struct addr *remote)
+{
+	/* the receiving end of the agent's own exports: tracing it would feed back */
+	if (cfg.ignore_ports && (bpf_map_lookup_elem(&ignored_ports, &local->port) ||
+				 bpf_map_lookup_elem(&ignored_ports, &remote->port)))
+		return false;
+	if (!cfg.filter_pids && !cfg.filter_comms && !cfg.filter_ports)
+		return true;
+	if (process_selected())
+		return true;
 	if (cfg.filter_ports &&
 	    (bpf_map_lookup_elem(&target_ports, &local->port) ||
 	     bpf_map_lookup_elem(&target_ports, &remote->port)))

@@ -18,7 +18,7 @@ import pytest
 
 from bench.two_nodes import UPSTREAM_PATH, _rid, is_upstream_call, is_upstream_serve, score
 
-from .conftest import read_metrics, read_spans
+from .conftest import read_metric_by, read_metrics, read_spans
 from .test_two_nodes import SERVER_KIND, _spans_of, traced_nodes
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(900)]
@@ -138,31 +138,12 @@ def test_one_trace_across_the_nodes(cluster, route, concurrency):
             assert _rid(call) == _rid(server)
 
 
-def _points(traces, name: str, attribute: str) -> dict[str, int]:
-    """The last value of each of a sum's points, by the value of `attribute`."""
-    import json
-
-    out: dict[str, int] = {}
-    for line in traces.read_text().splitlines():
-        for rm in json.loads(line).get("resourceMetrics", ()):
-            for sm in rm.get("scopeMetrics", ()):
-                for m in sm.get("metrics", ()):
-                    if m.get("name") != name:
-                        continue
-                    for point in m.get("sum", {}).get("dataPoints", ()):
-                        attrs = {a["key"]: next(iter(a["value"].values()))
-                                 for a in point.get("attributes", ())}
-                        if attribute in attrs:
-                            out[attrs[attribute]] = int(point.get("asInt", 0))
-    return out
-
-
 def test_the_options_were_counted(cluster):
     _, _, _, (agent_a, agent_b) = cluster
     sent = read_metrics(agent_a.traces).get("otel_ebpf.propagation.contexts", 0)
     assert sent > 0
     # the kernel queued them at the calls' first writes, and node A's own join agreed
-    by_outcome = _points(agent_a.traces, "otel_ebpf.propagation.contexts", "outcome")
+    by_outcome = read_metric_by(agent_a.traces, "otel_ebpf.propagation.contexts", "outcome")
     calls = sum(by_outcome.get(o, 0) for o in ("at_send", "at_send_disagreed", "sent",
                                                 "unsent"))
     assert by_outcome.get("at_send", 0) >= calls * 99 // 100 > 0, by_outcome
