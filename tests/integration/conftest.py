@@ -118,40 +118,38 @@ def read_spans(path: Path) -> list[Span]:
     return spans
 
 
-def read_metric_by(path: Path, name: str, label: str) -> dict[str, int]:
-    """The latest value of each point of the sum `name`, by the value of its attribute
-    `label`; a point without attributes (a declared counter's zero) under ""."""
-    out: dict[str, int] = {}
+def _sums(path: Path):
+    """Every export of every sum in a file exporter's output, in order: (name, data points)."""
     if not path.exists():
-        return out
+        return
     for line in path.read_text().splitlines():
         for rm in json.loads(line).get("resourceMetrics", []):
             for sm in rm.get("scopeMetrics", []):
                 for m in sm.get("metrics", []):
-                    if m["name"] != name:
-                        continue
-                    for point in m.get("sum", {}).get("dataPoints", []):
-                        attrs = {a["key"]: a["value"].get("stringValue")
-                                 for a in point.get("attributes", [])}
-                        if label in attrs:
-                            out[attrs[label]] = int(point.get("asInt", 0))
-                        elif not attrs:
-                            out[""] = int(point.get("asInt", 0))
+                    yield m["name"], m.get("sum", {}).get("dataPoints", [])
+
+
+def read_metric_by(path: Path, name: str, label: str) -> dict[str, int]:
+    """The latest value of each point of the sum `name`, by the value of its attribute
+    `label`; a point without attributes (a declared counter's zero) under ""."""
+    out: dict[str, int] = {}
+    for metric, points in _sums(path):
+        if metric != name:
+            continue
+        for point in points:
+            attrs = {a["key"]: a["value"].get("stringValue")
+                     for a in point.get("attributes", [])}
+            if label in attrs:
+                out[attrs[label]] = int(point.get("asInt", 0))
+            elif not attrs:
+                out[""] = int(point.get("asInt", 0))
     return out
 
 
 def read_metrics(path: Path) -> dict[str, int]:
     """Latest value of each otel_ebpf.* sum, summed over its data points."""
-    out: dict[str, int] = {}
-    if not path.exists():
-        return out
-    for line in path.read_text().splitlines():
-        for rm in json.loads(line).get("resourceMetrics", []):
-            for sm in rm.get("scopeMetrics", []):
-                for m in sm.get("metrics", []):
-                    points = m.get("sum", {}).get("dataPoints", [])
-                    out[m["name"]] = sum(int(p.get("asInt", 0)) for p in points)
-    return out
+    return {metric: sum(int(p.get("asInt", 0)) for p in points)
+            for metric, points in _sums(path)}
 
 
 @dataclass
