@@ -49,7 +49,7 @@ APT_PACKAGES := clang llvm binutils libbpf-dev libbpf1 bpftool libelf-dev libelf
 CONFIG ?= config/default.yaml
 PYTEST_ARGS ?=
 
-.PHONY: run test install deps venv bpf check clean demo demo-screenshot
+.PHONY: run test install deps venv bpf check clean demo demo-screenshot fuzz
 
 run: install
 	$(VENV)/bin/otel-ebpf run -c $(CONFIG)
@@ -132,6 +132,17 @@ $(DEMO_VENV)/.installed:
 
 bpf:
 	$(MAKE) -C bpf
+
+# Sanitizer fuzzing of every C entry point of otel_ebpf/_fast (bench/fuzz/sanitize.py): the
+# extensions built again with clang under ASan+UBSan into build/asan (never over the in-place
+# .so files), every regression input of bench/fuzz/corpus replayed, then each target fuzzed
+# for FUZZ_SECONDS against its Python reference. Non-zero on any sanitizer report, crash or
+# mismatch; docs/reliability.md says what each target covers and what it found.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?=
+fuzz: install
+	nice -n 10 $(PY) -m bench.fuzz.sanitize --seconds $(FUZZ_SECONDS) \
+		$(if $(FUZZ_TARGETS),--targets $(FUZZ_TARGETS))
 
 clean:
 	$(MAKE) -C bpf clean

@@ -1,0 +1,68 @@
+"""Sanitizer fuzzing of the agent's C extensions, a short run (bench/fuzz/sanitize.py; `make
+fuzz` is the long one): otel_ebpf/_fast/*.c built with clang under ASan and UBSan into
+build/asan, then every target of bench/fuzz/sanitized.py fuzzed for a few seconds in a
+process of its own, its committed regression inputs (bench/fuzz/corpus/<target>/) replayed
+first, against the Python reference where the C code has one. Any sanitizer report, crash,
+exception or mismatch fails the target's test, with the report and the input's path.
+
+Each open known finding's input (bench/fuzz/known.py) is replayed as expected to fail:
+xfail while it still fails as its signature says, a pass once main fixes it.
+
+Budgets are inputs' seconds, never asserted on: FUZZ_TEST_SECONDS (default 12) per target.
+No clang is a failure with what to install, not a skip: these parsers read bytes any peer
+chooses, and the agent runs as root."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from bench.fuzz import asan_build, known, sanitize
+
+SECONDS = float(os.environ.get("FUZZ_TEST_SECONDS", "12"))
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def built() -> tuple:
+    try:
+        return sanitize.prepare("auto", log=lambda msg: None)
+    except (asan_build.BuildError, sanitize.SetupError) as e:
+        pytest.fail(f"the sanitizer build of otel_ebpf/_fast could not be made: {e}",
+                    pytrace=False)
+
+
+def test_sanitizer_build_is_separate_and_complete(built):
+    asan_dir, lib = built
+    assert lib.is_file()
+    exts = asan_build.extensions()
+    assert {e["name"].rsplit(".", 1)[-1] for e in exts} >= {"ring", "http1", "conn", "otlp",
+                                                            "rtps", "sse", "h2", "h2span",
+                                                            "table"}
+    for e in exts:  # in its own tree, never over the in-place modules
+        target = asan_build._target(asan_dir, e["name"])
+        assert target.is_file(), target
+        assert sanitize.REPO / "otel_ebpf" not in target.parents
+
+
+@pytest.mark.parametrize("target", sanitize.TARGETS)
+def test_target_fuzzed_under_sanitizers(built, target):
+    asan_dir, lib = built
+    lines: list[str] = []
+    result = sanitize.fuzz(target, SECONDS, asan_dir, lib, log=lines.append,
+                           py_coverage=False)
+    print(f"{target}: {result.runs} runs in {result.seconds} s, cov {result.coverage}"
+          + (f", known: {sorted(set(result.known))}" if result.known else ""))
+    assert result.ok, "\n\n".join(result.failures)
+    assert result.runs > 0, f"{target} ran no input:\n" + "\n".join(lines[-20:])
+
+
+@pytest.mark.parametrize("finding", [k.id for k in known.KNOWN if k.open])
+def test_known_finding_still_reproduces_or_is_fixed(built, finding):
+    asan_dir, lib = built
+    k = next(k for k in known.KNOWN if k.id == finding)
+    result = sanitize.replay(k.target, asan_dir, lib)
+    assert result.ok, "\n\n".join(result.failures)
+    if finding in result.known:
+        pytest.xfail(f"known, open: {k.what}")
