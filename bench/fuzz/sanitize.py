@@ -83,7 +83,7 @@ def runtime(which: str = "auto") -> Path:
     return Path(out)
 
 
-def runtime_env(asan_dir: Path, lib: Path, guards: bool = True,
+def runtime_env(asan_dir: Path, lib: Path, guards_off: tuple[str, ...] = (),
                 py_coverage: bool = True) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("OTEL_EBPF_PURE_PYTHON",
                                                             "FUZZ_UNSANITIZED")}
@@ -94,8 +94,8 @@ def runtime_env(asan_dir: Path, lib: Path, guards: bool = True,
         "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
         "PYTHONDONTWRITEBYTECODE": "1",
     })
-    if not guards:
-        env["FUZZ_NO_GUARDS"] = "1"
+    env.pop("FUZZ_NO_GUARDS", None)
+    env["FUZZ_GUARDS_OFF"] = ",".join(guards_off)
     env["FUZZ_PY_COVERAGE"] = "1" if py_coverage else "0"
     return env
 
@@ -113,11 +113,17 @@ class Result:
     notes: list[str] = field(default_factory=list)
 
 
-def _excerpt(out: str) -> str:
-    """The report's lines, not the fuzzer's chatter."""
-    m = REPORT.search(out)
-    start = max(0, out.rfind("\n", 0, m.start() - 2000) if m else len(out) - 3000)
-    return out[start:][-4000:]
+def _excerpt(out: str, lines: int = 80, width: int = 400) -> str:
+    """The report's lines, not the fuzzer's chatter: from the first line that reports
+    (a sanitizer, libFuzzer, a Python traceback) on, each cut to `width` characters."""
+    all_lines = out.splitlines()
+    first = next((i for i, line in enumerate(all_lines) if REPORT.search(line)),
+                 max(0, len(all_lines) - lines))
+    picked = [line if len(line) <= width else line[:width] + f"... ({len(line)} chars)"
+              for line in all_lines[first:] if not line.startswith("INFO:")]
+    if len(picked) > lines:
+        picked = picked[:lines - 20] + ["..."] + picked[-20:]
+    return "\n".join(picked)
 
 
 def _python(cmd: list[str]) -> list[str]:
@@ -127,7 +133,7 @@ def _python(cmd: list[str]) -> list[str]:
 def replay(target: str, asan_dir: Path, lib: Path, log=print,  # noqa: ANN001
            py_coverage: bool = False) -> Result:
     """Every regression input of the target (must pass), then each open known finding's
-    input alone, guards off (must still fail as its signature says, or pass: fixed)."""
+    input alone, its guard off (must still fail as its signature says, or pass: fixed)."""
     res = Result(target)
     folder = CORPUS / target
     open_known = {k.path.resolve(): k for k in known.open_for(target)}
@@ -150,7 +156,7 @@ def replay(target: str, asan_dir: Path, lib: Path, log=print,  # noqa: ANN001
             res.failures.append(f"known finding {k.id}: its input {path} is missing")
             continue
         p = subprocess.run(_python(["replay", target, str(path)]), cwd=REPO,
-                           env=runtime_env(asan_dir, lib, guards=False, py_coverage=py_coverage),
+                           env=runtime_env(asan_dir, lib, guards_off=(k.id,), py_coverage=py_coverage),
                            capture_output=True,
                            text=True, timeout=600)
         out = p.stdout + p.stderr
@@ -172,7 +178,7 @@ _STATS = re.compile(r"#(\d+)\s+(?:NEW|REDUCE|pulse|DONE|INITED|RELOAD)\b.*?cov: 
 
 def fuzz(target: str, seconds: float, asan_dir: Path, lib: Path, log=print,  # noqa: ANN001
          keep: Path | None = None, progress_every: float = 10.0,
-         py_coverage: bool = True) -> Result:
+         py_coverage: bool = True, save_corpus: bool = False) -> Result:
     """The target fuzzed for `seconds` (restarted after a known finding, within the same
     budget); a new report fails it and leaves its input in build/fuzz/artifacts/."""
     res = Result(target)
@@ -212,11 +218,29 @@ def fuzz(target: str, seconds: float, asan_dir: Path, lib: Path, log=print,  # n
                                                            if artifact else "") +
                                 f"\n{_excerpt(out)}")
             break
+        if save_corpus and res.ok:
+            res.notes.append(_merge(target, corpus, asan_dir, lib))
     finally:
         res.seconds = round(time.monotonic() - start, 1)
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
     return res
+
+
+def _merge(target: str, found: Path, asan_dir: Path, lib: Path) -> str:
+    """The inputs of a run that reach C code the committed corpus does not (libFuzzer's
+    -merge=1 on the extensions' coverage alone, so Python-side novelty adds nothing),
+    added to bench/fuzz/corpus/<target>/ as regression inputs."""
+    dest = CORPUS / target
+    dest.mkdir(parents=True, exist_ok=True)
+    before = {p.name for p in dest.iterdir()}
+    p = subprocess.run(_python(["fuzz", target, "-merge=1", f"-max_len={MAX_LEN}", str(dest),
+                                str(found)]), cwd=REPO,
+                       env=runtime_env(asan_dir, lib, py_coverage=False), capture_output=True,
+                       text=True, timeout=900)
+    added = len({p.name for p in dest.iterdir()} - before)
+    return f"corpus merge: {added} inputs added to {dest.relative_to(REPO)}" + (
+        "" if p.returncode == 0 else f" (merge exit {p.returncode})")
 
 
 def _watch(cmd: list[str], target: str, env: dict, log, every: float,  # noqa: ANN001
@@ -260,6 +284,8 @@ def main() -> int:
     ap.add_argument("--replay-only", action="store_true", help="replay the corpus, no fuzzing")
     ap.add_argument("--runtime", choices=("auto", "atheris", "clang"), default="auto")
     ap.add_argument("--json", type=Path, help="write the results here")
+    ap.add_argument("--save-corpus", action="store_true",
+                    help="add the inputs that reach new C code to bench/fuzz/corpus/<target>/")
     args = ap.parse_args()
 
     def log(msg: str) -> None:
@@ -276,10 +302,11 @@ def main() -> int:
         log(f"[{target}] replay: {'ok' if r.ok else 'FAILED'}; " + "; ".join(r.notes))
         results.append(r)
         if not args.replay_only and args.seconds > 0:
-            f = fuzz(target, args.seconds, asan_dir, lib, log)
+            f = fuzz(target, args.seconds, asan_dir, lib, log, save_corpus=args.save_corpus)
             log(f"[{target}] fuzz: {'ok' if f.ok else 'FAILED'} {f.runs} runs in {f.seconds} s, "
                 f"cov {f.coverage} ft {f.features}" + (f"; known: {', '.join(sorted(set(f.known)))}"
-                                                        if f.known else ""))
+                                                        if f.known else "")
+                + "".join(f"; {n}" for n in f.notes))
             results.append(f)
     failed = [r for r in results if not r.ok]
     for r in failed:
