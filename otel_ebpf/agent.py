@@ -12,6 +12,7 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from otel_ebpf import _fast
 from otel_ebpf.config import SIGNALS, Config
 from otel_ebpf.conntrack.nat import NatLookup
 from otel_ebpf.conntrack.table import ConnTable
@@ -197,6 +198,7 @@ class Agent:
         signal.signal(signal.SIGTERM, handler)
 
     def start(self) -> None:
+        log.info("compiled path %s", _fast.status()[1])
         if self.sampler.threshold:
             log.info("%s", self.sampler.describe())
         if self.pods is not None:
