@@ -17,7 +17,7 @@ SOURCES = [p for top in ("config", "bench", "otel_ebpf", "protocols", "bpf")
            for p in sorted((REPO / top).rglob("*"))
            if p.suffix in (".py", ".yaml", ".c", ".h", ".md") and "build" not in p.parts]
 
-OUTSIDE = re.compile(r"\.\./shared|DESIGN\.md|DESIGN §")
+OUTSIDE = re.compile(r"\.\./shared|DESIGN\.md|DESIGN \u00a7")  # \u00a7: the section sign
 ISSUE = re.compile(r"\b[Ii]ssues? ?#?\d+")
 WORK_PERIOD = re.compile(r"\b[Ss]essions? \d+\b|\bhelper-\w+")
 MD_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
