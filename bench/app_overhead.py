@@ -77,8 +77,8 @@ What the tables report (medians over rounds; µs = microseconds):
                    the app were the only bottleneck (the app's own cost, whatever the load)
   spans            spans in the sink, all rounds added up, by kind; SERVER spans per
                    request sent (warm-ups and wrk included)
-Targets (docs/performance.md, the overhead budget): otel-ebpf's added p50 at most 1/10 of the SDK's, and
-otel-ebpf's max throughput at least 95 % of the untraced one.
+Targets (docs/performance.md, "Where the targets stand"): otel-ebpf's added p50 at most 1/10
+of the SDK's, and otel-ebpf's max throughput at least 95 % of the untraced one.
 
 Prints Markdown; --out appends it with the command. Every load is bounded in count and
 time and goes to 127.0.0.1 only.

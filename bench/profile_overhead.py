@@ -273,7 +273,7 @@ def main() -> None:
     for r in rows:
         lines.append(f"| {r['freq']} Hz | {r['agent_pct']:.2f} | {r['bpf_us']:.1f} | "
                      f"{r['runs_per_s']:.0f} | {r['samples']} |")
-    lines += ["", "Wake-up programs (a worker's dispatcher, docs/decisions.md §27): "
+    lines += ["", "Wake-up programs (a worker's dispatcher, docs/profiling.md): "
               + "; ".join(f"{r['freq']} Hz {r['wakes_per_s']:.0f} runs/s, "
                           f"{r['wake_pct']:.3f}% of one core" for r in rows)]
     text = "\n".join(lines) + "\n"

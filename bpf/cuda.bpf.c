@@ -198,9 +198,10 @@ static __always_inline void emit(void *ctx, struct gpu_call *call, __u64 id, __u
 	if (type == GPU_EV_ALLOC) {
 		/* At a uretprobe the registers are the caller's at the return site: the first
 		 * frame is the call's return address, then its callers. With unwind tables
-		 * (docs/decisions.md §26) the walk starts from those registers and crosses code
-		 * without frame pointers (libtorch, libcudart); where no row covers an
-		 * address, and for processes without tables, the frame-pointer chain. */
+		 * (docs/decisions.md, "GPU allocation stacks with the unwind tables") the walk
+		 * starts from those registers and crosses code without frame pointers
+		 * (libtorch, libcudart); where no row covers an address, and for processes
+		 * without tables, the frame-pointer chain. */
 		long n = -1;
 		if (gcfg.unwind_tables) {
 			struct uw_counts c = {};

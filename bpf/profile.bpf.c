@@ -3,7 +3,8 @@
  * selected process it sends the kernel and user stacks of the interrupted thread and, when
  * the process runs CPython 3.11+, the code objects of that thread's Python frames, read by
  * walking the interpreter's frame chain here, at the sample, so Python and native frames
- * describe the same instant (docs/decisions.md §18). */
+ * describe the same instant (docs/decisions.md, "CPU profiles: Python frames walked in BPF
+ * at the sample"). */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>

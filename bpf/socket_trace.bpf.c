@@ -147,8 +147,9 @@ static __always_inline int remember(int fd, __u64 ptr, __u64 addr, __u32 kind, _
 				cnt_expr);                                              \
 	}
 
-/* Writes only: a write's bytes are stamped with its entry (decisions §2). A read's are
- * stamped with its return, and its exit reads its arguments itself (on_read_exit). */
+/* Writes only: a write's bytes are stamped with its entry (docs/decisions.md, "Times of
+ * bytes"). A read's are stamped with its return, and its exit reads its arguments itself
+ * (on_read_exit). */
 ENTER(write, ARG_BUF, 1, 0, 0)
 ENTER(writev, ARG_IOV, 1, 0, (__u32)ctx->args[2])
 ENTER(sendto, ARG_BUF, 1, ctx->args[4], 0)
@@ -311,10 +312,10 @@ static __always_inline int on_write_exit(struct trace_event_raw_sys_exit *ctx)
 }
 
 /* A read-family call returns: one program, no entry. Its bytes are stamped with its return
- * (decisions §2), and its arguments are still in the registers the thread entered the
- * kernel with (syscalls leave them as they were; a signal rewrites them only on the way
- * back to user space, after this tracepoint), so the exit decides here what remember()
- * decides at a write's entry. A read that moved nothing costs no lookup at all. */
+ * (docs/decisions.md, "Times of bytes"), and its arguments are still in the registers the
+ * thread entered the kernel with (syscalls leave them as they were; a signal rewrites them
+ * only on the way back to user space, after this tracepoint), so the exit decides here what
+ * remember() decides at a write's entry. A read that moved nothing costs no lookup at all. */
 static __always_inline int on_read_exit(struct trace_event_raw_sys_exit *ctx, __u32 kind,
 					const bool addr_arg, const bool count_arg)
 {

@@ -12,6 +12,7 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from otel_ebpf import _fast
 from otel_ebpf.config import SIGNALS, Config
 from otel_ebpf.conntrack.nat import NatLookup
 from otel_ebpf.conntrack.table import ConnTable
@@ -50,8 +51,9 @@ SWEEP_INTERVAL_S = 1.0
 # A poll's events are taken this many at a time, each part through the table and the
 # correlator before the next: a 100 ms poll at 10k req/s holds ~4,000 events, and the
 # frames made of a whole poll no longer sit in the CPU's caches when the correlator reaches
-# them (decisions §56). The poll's spans go to the exporters together: making them ready
-# reads each process's start time from /proc once per call, to tell a reused pid
+# them (docs/decisions.md, "The agent's interpreter: the collector, the GIL, a poll in
+# parts"). The poll's spans go to the exporters together: making them ready reads each
+# process's start time from /proc once per call, to tell a reused pid
 HANDLE_EVENTS = 256
 DROP_WARN_INTERVAL_S = 10.0
 
@@ -107,7 +109,8 @@ GC_THRESHOLDS = (20_000, 50, 100)
 # How long the thread running the per-event path keeps the GIL while an exporter's thread
 # waits for it (Python's default is 5 ms): an OTLP/gRPC export takes the GIL several times
 # per request (its call, the answer, the channel's own thread), each wait up to this long
-# while the agent is busy (decisions §56)
+# while the agent is busy (docs/decisions.md, "The agent's interpreter: the collector, the
+# GIL, a poll in parts")
 SWITCH_INTERVAL_S = 0.001
 
 
@@ -197,6 +200,7 @@ class Agent:
         signal.signal(signal.SIGTERM, handler)
 
     def start(self) -> None:
+        log.info("compiled path %s", _fast.status()[1])
         if self.sampler.threshold:
             log.info("%s", self.sampler.describe())
         if self.pods is not None:

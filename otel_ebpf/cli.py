@@ -129,8 +129,12 @@ def _protocol_checks() -> list:
     from otel_ebpf.kernel.features import Check
     from otel_ebpf.protocols.registry import available_layers, available_parsers
 
+    from otel_ebpf import _fast
+
     parsers, layers = available_parsers(), available_layers()
+    compiled, detail = _fast.status()
     return [
+        Check("compiled path", compiled, detail, required=False),
         Check("protocol parsers", bool(parsers), ", ".join(parsers) or "none installed",
               required=False),
         Check("layers over HTTP", bool(layers), ", ".join(layers) or "none installed",

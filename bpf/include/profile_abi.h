@@ -33,7 +33,8 @@ enum py_status {
 /* A thread's dispatcher: the first thread with a Python thread state up the chain of who
  * last woke it (sched_waking, outside interrupts) or created it (sched_wakeup_new), within
  * one process. A sample of a thread without a Python thread state (an OpenMP or BLAS
- * worker, a C++ thread pool's) carries that thread's Python frames (docs/decisions.md §27).
+ * worker, a C++ thread pool's) carries that thread's Python frames (docs/decisions.md,
+ * "Worker threads' samples under their dispatcher's Python stack").
  * One record per thread of a Python process, updated in place. */
 enum thread_python {
 	TP_UNKNOWN = 0,

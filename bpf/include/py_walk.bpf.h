@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* The CPython 3.11+ frame walk of the CPU profiler (profile.bpf.c, docs/decisions.md §18),
- * as a header any uprobe or perf-event program can include: the calling thread's Python
+/* The CPython 3.11+ frame walk of the CPU profiler (profile.bpf.c; docs/decisions.md, "CPU
+ * profiles: Python frames walked in BPF at the sample"), as a header any uprobe or
+ * perf-event program can include: the calling thread's Python
  * frames as code object addresses, innermost first (PY_F_ENTRY in the low bit of each
  * evaluator call's last frame). It defines its maps (`py_procs`: pid -> interpreter, filled
  * by user space with kernel/cpu_sampler.py's pack_py_proc; `py_scratch`), so each object

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* The user stack of the current thread walked with unwind tables (docs/decisions.md §25,
- * §26): CPU samples (profile.bpf.c) and GPU allocations (cuda.bpf.c) include this; the
- * agent creates the two table maps once and both objects reuse them (bpf_map__reuse_fd).
+/* The user stack of the current thread walked with unwind tables (docs/decisions.md,
+ * "Native stacks without frame pointers: unwind tables walked in BPF" and "GPU allocation
+ * stacks with the unwind tables"): CPU samples (profile.bpf.c) and GPU allocations
+ * (cuda.bpf.c) include this; the agent creates the two table maps once and both objects
+ * reuse them (bpf_map__reuse_fd).
  * Code built without frame pointers (libtorch, MKL, Debian's CPython) is stepped over by
  * its call frame information, compiled by the agent into rows (struct unwind_row, one
  * array for every file, `unwind_rows`, written by user space through mmap) and a list of

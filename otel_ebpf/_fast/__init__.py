@@ -46,3 +46,18 @@ h2 = _load("h2")
 correlate = _load("correlate")
 table = _load("table")
 h2span = _load("h2span")
+
+MODULES = ("ring", "http1", "otlp", "conn", "rtps", "sse", "maker", "h2", "correlate", "table",
+           "h2span")
+
+
+def status() -> tuple[bool, str]:
+    """Whether the compiled path is on, and what to say about it (`otel-ebpf check`)."""
+    if PURE_PYTHON:
+        return False, "off: OTEL_EBPF_PURE_PYTHON=1 (the Python reference: the same spans)"
+    loaded = [name for name in MODULES if globals()[name] is not None]
+    missing = [name for name in MODULES if name not in loaded]
+    if not loaded:
+        return False, "off: not built (pip install builds it with a C compiler); the Python " \
+            "reference gives the same spans"
+    return True, "on" + (f" (not built: {', '.join(missing)})" if missing else "")

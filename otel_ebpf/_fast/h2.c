@@ -297,10 +297,10 @@ other:
 }
 
 /* ---- a header block the decoder has seen before, as _block and decode_block read it ----
- * set by setup_blocks(): the decoder's reused-block table (HeaderDecoder.decoded, §37 of
- * docs/decisions.md) is looked up here; a block found there for the table's version is
- * handed to _request_block / _response_block, any other goes to the Python _block (the
- * HPACK walk, which keeps the table). */
+ * set by setup_blocks(): the decoder's reused-block table (HeaderDecoder.decoded;
+ * docs/decisions.md, "gRPC unary calls in compiled steps") is looked up here; a block
+ * found there for the table's version is handed to _request_block / _response_block, any
+ * other goes to the Python _block (the HPACK walk, which keeps the table). */
 static PyTypeObject *decoder_type, *block_type;
 static PyObject *py_request_block, *py_response_block;
 enum { H_DECODED, H_VERSION, H_UNKNOWN_FIELDS, H_N };

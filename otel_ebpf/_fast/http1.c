@@ -304,12 +304,13 @@ static PyObject *head(PyObject *self, PyObject *args)
 	struct head h;
 	PyObject *result = NULL, *first = NULL, *text = NULL;
 	int found = read_head(view.buf, view.len, request, kept, chunked, &h);
-	PyBuffer_Release(&view);
 	if (found <= 0) {
+		PyBuffer_Release(&view);
 		if (found < 0)
 			return NULL;
 		Py_RETURN_NONE;
 	}
+	/* h.text points into the buffer: read it before the buffer is released */
 	if ((text = latin1(h.text, h.text_len)) && (first = first_of(&h, request))) {
 		result = Py_BuildValue("(nnNNONNNNL)", h.lead, h.end, first, text,
 				       h.minor ? v11 : v10, h.carrier, h.vals[0], h.vals[1],
@@ -317,6 +318,7 @@ static PyObject *head(PyObject *self, PyObject *args)
 		if (result) /* stolen (N) */
 			first = text = h.carrier = h.vals[0] = h.vals[1] = h.vals[2] = NULL;
 	}
+	PyBuffer_Release(&view);
 	Py_XDECREF(first);
 	Py_XDECREF(text);
 	head_clear(&h);

@@ -207,6 +207,10 @@ static Py_ssize_t number_set(const uint8_t *buf, Py_ssize_t offset, Py_ssize_t e
 	offset += base_size + 4;
 	if (bits > MAX_SET_BITS)
 		return -1;
+	/* members past the largest sequence number (a signed 64-bit count): malformed, as the
+	 * Python reference says; base + i would overflow */
+	if (wide && bits && *base > INT64_MAX - (int64_t)(bits - 1))
+		return -1;
 	uint32_t words = (bits + 31) / 32;
 	if (offset + 4 * (Py_ssize_t)words > end)
 		return -1;

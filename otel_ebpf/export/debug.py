@@ -142,7 +142,8 @@ def span_row(span: ReadableSpan) -> str:
 
 
 # SGR codes of the styles above: `normal` lines are coloured by hand, for rich's rendering
-# costs ten times what the rest of the line does (docs/decisions.md §23)
+# costs ten times what the rest of the line does (docs/decisions.md, "What a first run
+# shows")
 _SGR = {"magenta": "35", "cyan": "36", "bold": "1", "dim": "2", "green": "32",
         "bold red": "1;31"}
 

@@ -46,14 +46,15 @@ _pairs: dict[tuple, bytes] = {}
 
 def _key_value(key: str, value: Any) -> bytes:
     cache_key = pair_cache_key(key, value)
-    encoded = _pairs.get(cache_key)
+    encoded = None if cache_key is None else _pairs.get(cache_key)
     if encoded is None:
         # a copy of exact size: orjson's result keeps its ~4 KB write buffer, which, kept
         # for every pair, was most of the agent's memory with many connections
         encoded = memoryview(orjson.dumps({"key": key, "value": _value(value)})).tobytes()
-        if len(_pairs) >= _PAIR_CACHE_MAX:
-            _pairs.clear()
-        _pairs[cache_key] = encoded
+        if cache_key is not None:
+            if len(_pairs) >= _PAIR_CACHE_MAX:
+                _pairs.clear()
+            _pairs[cache_key] = encoded
     return encoded
 
 

@@ -65,23 +65,43 @@ def _any_value(v: Any) -> bytes:
 _pairs: dict[tuple, bytes] = {}
 
 
-def pair_cache_key(key: str, value: Any) -> tuple:
-    """The pair's identity, types included: True == 1 == 1.0 as dict keys, and without its
-    type a 1 after a True was written as the cached boolean."""
-    if type(value) is list:
-        return key, list, tuple((type(x), x) for x in value)
-    return key, type(value), value
+def _scalar_key(value: Any) -> tuple | None:
+    t = type(value)
+    if t is str or t is int or t is bool or t is bytes:
+        return t, value
+    if t is float:  # by its bits: -0.0 == 0.0, and NaN equals nothing
+        return t, value.hex()
+    return None
+
+
+def pair_cache_key(key: str, value: Any) -> tuple | None:
+    """The pair's identity, types included (True == 1 == 1.0 as dict keys, and without its
+    type a 1 after a True was written as the cached boolean; a float by its bits), or None
+    for a value not worth or not safe to cache (a sequence holding a sequence, another
+    object): written each time."""
+    t = type(value)
+    if t is list or t is tuple:
+        items = []
+        for x in value:
+            item = _scalar_key(x)
+            if item is None:
+                return None
+            items.append(item)
+        return key, t, tuple(items)
+    scalar = _scalar_key(value)
+    return None if scalar is None else (key, *scalar)
 
 
 def _key_value(key: str, value: Any) -> bytes:
     """A KeyValue message's bytes, from the cache when this pair was seen before."""
     cache_key = pair_cache_key(key, value)
-    encoded = _pairs.get(cache_key)
+    encoded = None if cache_key is None else _pairs.get(cache_key)
     if encoded is None:
         encoded = _field(b"\x0a", key.encode()) + _field(b"\x12", _any_value(value))
-        if len(_pairs) >= _PAIR_CACHE_MAX:
-            _pairs.clear()
-        _pairs[cache_key] = encoded
+        if cache_key is not None:
+            if len(_pairs) >= _PAIR_CACHE_MAX:
+                _pairs.clear()
+            _pairs[cache_key] = encoded
     return encoded
 
 

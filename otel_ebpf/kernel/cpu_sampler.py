@@ -37,7 +37,8 @@ COUNTER_NAMES = {0: "samples", 1: "drops", 2: "python_errors", 3: "unwind_sample
                  4: "unwind_table_frames", 5: "unwind_fp_frames", 6: "unwind_stopped",
                  7: "unwind_scanned", 8: "wakers", 9: "worker_samples"}
 # programs that remember which thread of a Python process woke (or created) which: a
-# worker's dispatcher (docs/decisions.md §27)
+# worker's dispatcher (docs/decisions.md, "Worker threads' samples under their
+# dispatcher's Python stack")
 WAKER_PROGRAMS = ("profile_waking", "profile_wakeup_new")
 
 # struct profile_sample: header, then three u64 arrays

@@ -3,7 +3,7 @@ and shared by every BPF object that walks user stacks with them: the CPU sampler
 (profile.bpf.c) and the CUDA probes (cuda.bpf.c). Each object, before it is loaded,
 takes these maps in place of its own (`reuse_in`, libbpf's bpf_map__reuse_fd), so one
 set of rows in kernel memory serves both, and a process's mappings told once reach both
-(docs/decisions.md §26)."""
+(docs/decisions.md, "GPU allocation stacks with the unwind tables")."""
 
 from __future__ import annotations
 

@@ -64,9 +64,10 @@ def merge(kernel: Sequence[Frame], native: Sequence[Frame],
 # torch.matmul with several intra-op threads) and the frames of the worker thread that ran
 # it (gomp_thread_start, the BLAS kernel): the worker's CPU shows under its dispatcher's
 # Python caller, and this frame says that it was not the dispatcher's own thread
-# (docs/decisions.md §27). One name for every worker and dispatcher, so the workers' time
-# adds up in one place of a flame graph; which threads: the sample's `thread.id` (the
-# worker) and `dispatcher.thread.id` attributes.
+# (docs/decisions.md, "Worker threads' samples under their dispatcher's Python stack").
+# One name for every worker and dispatcher, so the workers' time adds up in one place of a
+# flame graph; which threads: the sample's `thread.id` (the worker) and
+# `dispatcher.thread.id` attributes.
 WORKER_FRAME = Frame("[dispatched to worker threads]", "[worker]", MARKER)
 
 

@@ -81,7 +81,8 @@ _ANY_REQUEST_CUT = re.compile(
 _ANY_STATUS_LINE = re.compile(rb"HTTP/1\.[01] \d\d\d(?: [^\r\n]*)?")
 _ANY_STATUS_CUT = re.compile(_ANY_STATUS_LINE.pattern + b"|" + _prefix_of(_STATUS_ATOMS))
 
-_LEADING_CRLF = re.compile(rb"[\r\n]*")  # empty lines before a message are tolerated (RFC 9112 §2.2)
+# empty lines before a message are tolerated (RFC 9112, section 2.2)
+_LEADING_CRLF = re.compile(rb"[\r\n]*")
 _CRLF = re.compile(rb"\r\n")
 _HEAD_END = re.compile(rb"\r\n\r\n")
 _CHUNK_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?\r\n")
@@ -166,7 +167,8 @@ _UNKNOWN_REQUEST = Sent(-1, "GET", False)  # capture began after the request: as
 
 
 class Body(enum.Enum):
-    """How a message's body ends (RFC 9112 §6.3); the last three are states between calls."""
+    """How a message's body ends (RFC 9112, section 6.3); the last three are states between
+    calls."""
 
     NONE = "none"
     LENGTH = "length"
@@ -402,7 +404,7 @@ def _request_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) -> 
     head, parser = read
     body, length = _transfer(head)
     if body is Body.UNTIL_CLOSE:
-        # a request body is never delimited by the close (RFC 9112 §6.3)
+        # a request body is never delimited by the close (RFC 9112, section 6.3)
         return INVALID, None, 0
     method = parser.get_method().decode("ascii", "replace")
     target = head.url.decode("latin-1")
@@ -428,7 +430,7 @@ def _request_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) -> 
 
 
 def _response_body(status: int, method: str, declared: Body | None) -> Body:
-    """RFC 9112 §6.3, in its order."""
+    """RFC 9112, section 6.3, in its order."""
     if method == "HEAD" or status in (204, 304):
         return Body.NONE
     if status == 101 or (method == "CONNECT" and 200 <= status < 300):

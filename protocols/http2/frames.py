@@ -1,12 +1,13 @@
-"""HTTP/2 wire frames (RFC 9113 §4, §6): the frame header through hyperframe, and the strict
-shape checks that decide whether bytes can be HTTP/2 at all (inference and resync)."""
+"""HTTP/2 wire frames (RFC 9113, sections 4 and 6): the frame header through hyperframe, and
+the strict shape checks that decide whether bytes can be HTTP/2 at all (inference and
+resync)."""
 
 from __future__ import annotations
 
 import struct
 from typing import NamedTuple
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # the client's connection preface (§3.4)
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # the client's connection preface (section 3.4)
 HEADER_LEN = 9
 DEFAULT_MAX_FRAME = 1 << 14  # SETTINGS_MAX_FRAME_SIZE's initial value
 MAX_FRAME_ALLOWED = (1 << 24) - 1  # the largest a peer may allow
@@ -16,7 +17,7 @@ DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDO
 END_STREAM, END_HEADERS, PADDED, HAS_PRIORITY = 0x01, 0x04, 0x08, 0x20
 SETTINGS_MAX_FRAME_SIZE = 0x05
 
-# flags each type defines (§6); the strict check rejects any other
+# flags each type defines (section 6); the strict check rejects any other
 _DEFINED_FLAGS = {
     DATA: END_STREAM | PADDED, HEADERS: END_STREAM | END_HEADERS | PADDED | HAS_PRIORITY,
     PRIORITY: 0, RST_STREAM: 0, SETTINGS: 0x01, PUSH_PROMISE: END_HEADERS | PADDED,
@@ -109,7 +110,7 @@ def boundary(buf: bytes, trust_start: bool = False) -> int | None:
         pos += 1
     return None
 
-# RFC 9113 §7: error codes of RST_STREAM and GOAWAY, by name (error.type of reset streams)
+# RFC 9113, section 7: error codes of RST_STREAM and GOAWAY, by name (error.type of reset streams)
 ERROR_NAMES = (
     "NO_ERROR", "PROTOCOL_ERROR", "INTERNAL_ERROR", "FLOW_CONTROL_ERROR", "SETTINGS_TIMEOUT",
     "STREAM_CLOSED", "FRAME_SIZE_ERROR", "REFUSED_STREAM", "CANCEL", "COMPRESSION_ERROR",

@@ -21,11 +21,11 @@ from hpack.table import HeaderTable
 from ..common import is_secret
 
 STATIC = tuple((n.decode("latin-1"), v.decode("latin-1")) for n, v in HeaderTable.STATIC_TABLE)
-DEFAULT_TABLE_SIZE = 4096  # SETTINGS_HEADER_TABLE_SIZE's initial value (RFC 9113 §6.5.2)
+DEFAULT_TABLE_SIZE = 4096  # SETTINGS_HEADER_TABLE_SIZE's initial value (RFC 9113, section 6.5.2)
 MAX_TABLE_SIZE = 65536  # we follow size updates up to this; a larger table is cut (safely)
 # no index goes past a 128 KiB table (entries take at least 32 bytes): beyond, not HPACK
 MAX_INDEX = len(STATIC) + (128 * 1024) // 32
-ENTRY_OVERHEAD = 32  # RFC 7541 §4.1
+ENTRY_OVERHEAD = 32  # RFC 7541, section 4.1
 REDACTED = ""  # what a secret header's value becomes the moment it is decoded
 # decoded blocks kept per decoder for reuse (see HeaderDecoder.decoded), and the largest kept
 MAX_KEPT_BLOCKS, MAX_KEPT_BLOCK = 32, 256
@@ -123,12 +123,12 @@ class HeaderDecoder:
             self.decoded[key] = (version, decoded)
         return decoded
 
-    # ---- the walk (RFC 7541 §6) ----------------------------------------------------
+    # ---- the walk (RFC 7541, section 6) --------------------------------------------
 
     def _walk(self, data: memoryview) -> list[Field]:
         fields: list[Field] = []
         pos, end = 0, len(data)
-        regular = False  # pseudo-header fields must all come first (RFC 9113 §8.3)
+        regular = False  # pseudo-header fields must all come first (RFC 9113, section 8.3)
         while pos < end:
             first = data[pos]
             if first & 0x80:  # indexed field
@@ -210,7 +210,8 @@ class HeaderDecoder:
 
 
 def _string(data: memoryview, pos: int) -> tuple[bytes, int]:
-    """An HPACK string literal (RFC 7541 §5.2) at pos: its bytes and the position after it."""
+    """An HPACK string literal (RFC 7541, section 5.2) at pos: its bytes and the position
+    after it."""
     huffman = data[pos] & 0x80
     length, used = decode_integer(data[pos:], 7)
     pos += used
@@ -221,8 +222,8 @@ def _string(data: memoryview, pos: int) -> tuple[bytes, int]:
 
 
 def _check(name: str, value: bytes) -> None:
-    """RFC 9113 §8.2.1: lower-case token names (pseudo-headers after their colon), no NUL,
-    CR or LF in values. Random bytes taken for a header block fail here."""
+    """RFC 9113, section 8.2.1: lower-case token names (pseudo-headers after their colon), no
+    NUL, CR or LF in values. Random bytes taken for a header block fail here."""
     body = name[1:] if name[:1] == ":" else name
     if not body or not _TOKEN.issuperset(body.encode("latin-1")):
         raise Malformed("bad field name")

@@ -1,6 +1,7 @@
 """HTTP/2 framing: wire frames in, one contract frame per request and one per response out.
 
-How HTTP/2 maps onto the tracker's frames (docs/decisions.md §1). The tracker times a
+How HTTP/2 maps onto the tracker's frames (docs/decisions.md, "HTTP/2: our own HPACK table
+walk, frames per message"). The tracker times a
 frame from the first byte consumed after the previous frame of that direction to the last
 byte of the FRAME result, and correlate/ takes every frame of the request direction for a
 request and every frame of the other for a response. So:

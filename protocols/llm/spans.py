@@ -277,7 +277,8 @@ _METRIC_KEYS = (
 _ABSENT = object()
 # Metric attributes by their values: the same (never mutated) dicts for every span of one
 # operation, model and server, so span metrics find their series key once per batch rather
-# than sort each span's dicts (decisions §64). Bounded: cleared when full.
+# than sort each span's dicts (docs/decisions.md, "Span measurements as OTLP histograms,
+# per process resource"). Bounded: cleared when full.
 MAX_METRIC_ATTRIBUTES = 1024
 _metric_dicts: dict[tuple, tuple[Attributes, dict[str, Attributes]]] = {}
 

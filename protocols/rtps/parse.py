@@ -19,6 +19,7 @@ HEADER_SIZE = 20  # "RTPS", version (2), vendor id (2), GUID prefix (12)
 UNKNOWN_PREFIX = bytes(12)
 MAX_SUBMESSAGES = 512  # a 64 KiB datagram holds at most ~16k; real ones hold a few dozen
 MAX_SET_BITS = 256  # numBits of a SequenceNumberSet / FragmentNumberSet (DDSI-RTPS 9.4.2.6)
+MAX_SEQUENCE_NUMBER = 2**63 - 1  # a SequenceNumber_t is a signed 64-bit count
 
 PAD, ACKNACK, HEARTBEAT, GAP, INFO_TS = 0x01, 0x06, 0x07, 0x08, 0x09
 INFO_SRC, INFO_REPLY_IP4, INFO_DST, INFO_REPLY = 0x0C, 0x0D, 0x0E, 0x0F
@@ -364,6 +365,8 @@ def _number_set(buf, offset: int, end: int, little: bool, wide: bool
     offset += base_size + 4
     if bits > MAX_SET_BITS or offset + 4 * words > end or base is None:
         return None
+    if wide and bits and base + bits - 1 > MAX_SEQUENCE_NUMBER:
+        return None  # members past the largest sequence number: malformed
     members: list[int] = []
     u32 = _U32[little]
     for w in range(words):

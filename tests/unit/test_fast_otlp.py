@@ -49,7 +49,8 @@ text = st.text(max_size=40) | st.sampled_from(["\x00\x1f\"\\/\x7f", "é→\u2028
 scalars = st.one_of(text, st.booleans(), st.integers(-(2**63), 2**64 - 1),
                     st.integers(-(2**70), 2**70), st.floats(), st.binary(max_size=8),
                     st.just(Color.RED))
-values = st.one_of(scalars, st.lists(scalars, max_size=4), st.tuples(scalars, scalars))
+values = st.one_of(scalars, st.lists(scalars, max_size=4), st.tuples(scalars, scalars),
+                   st.lists(st.lists(scalars, max_size=2) | scalars, max_size=3))
 attributes = st.dictionaries(text, values, max_size=8)
 
 
@@ -148,3 +149,25 @@ def test_a_batch_mixing_spans_c_writes_and_spans_it_leaves_to_python(monkeypatch
     assert _fast.otlp.span(spans[1]) is None and _fast.otlp.span(spans[-1]) is None
     fast, slow = _both(spans, monkeypatch, encode)
     assert fast == slow
+
+
+@pytest.mark.parametrize("encode", ENCODERS)
+def test_nested_sequences_and_signed_zeros_byte_for_byte(monkeypatch, encode):
+    """Values the Python writers' pair cache once got wrong: a list holding a list (its key
+    was unhashable: TypeError) and 0.0 after -0.0 (equal as keys: the cached -0.0 was
+    written for it). Each span alone, in both orders, and after each other."""
+    first, *_ = sample_spans()
+    for attrs in ({"k": [[]]}, {"k": [[1, "a"], 2.5]}, {"k": ([],)},
+                  {"z": -0.0}, {"z": 0.0}, {"z": float("nan")}, {"z": [-0.0, 0.0]}):
+        first.attributes = dict(attrs)
+        fast, slow = _both([first], monkeypatch, encode)
+        assert fast == slow, attrs
+        again_fast, again_slow = _both([first], monkeypatch, encode)
+        assert again_fast == fast and again_slow == slow, attrs  # a cached pair: the same
+    # 0.0 written after -0.0 is a positive zero (its own bits), in the reference alone too
+    with monkeypatch.context() as m:
+        m.setattr(_fast, "otlp", None)
+        first.attributes = {"z": -0.0}
+        negative = encode([first])
+        first.attributes = {"z": 0.0}
+        assert encode([first]) != negative

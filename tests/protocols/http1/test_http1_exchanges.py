@@ -122,7 +122,7 @@ def test_head_has_no_body_despite_content_length(run):
 
 
 def test_204_and_304_have_no_body(run):
-    no_body = ["Content-Length: 99"]  # even when declared (RFC 9112 §6.3)
+    no_body = ["Content-Length: 99"]  # even when declared (RFC 9112, section 6.3)
     t = run(
         [
             (REQ, request("DELETE", "/x")),

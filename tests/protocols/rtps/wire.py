@@ -1,4 +1,4 @@
-"""RTPS datagrams for tests, built field by field with struct (DDSI-RTPS 2.5 §8.3, §9.4),
+"""RTPS datagrams for tests, built field by field with struct (DDSI-RTPS 2.5, sections 8.3 and 9.4),
 in either byte order, and a `Socket` that feeds them through the real connection tracker
 as one process's UDP socket does."""
 
