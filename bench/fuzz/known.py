@@ -44,8 +44,11 @@ KNOWN = (
         signature=r"rtps\.c:\d+:\d+: runtime error: signed integer overflow",
         what="rtps.c number_set: members[n++] = *base + i overflows int64 for an ACKNACK "
              "whose bitmap base is near 2^63 (the 52-byte datagram in the input; the "
-             "reference gives Python ints past 2^63)",
-        also=("rtps_sockets", "table")),
+             "reference gives Python ints past 2^63). Fixed: both readers take a set whose "
+             "members would pass 2^63 - 1 as malformed (MAX_SEQUENCE_NUMBER in "
+             "protocols/rtps/parse.py); a regression input",
+        also=("rtps_sockets", "table"),
+        open=False),
     Known(
         id="otlp-time-overflow",
         target="otlp",
@@ -66,7 +69,10 @@ KNOWN = (
         signature=r"AddressSanitizer: heap-use-after-free.*http1\.c",
         what="http1.c head(): PyBuffer_Release(&view) before the request target and reason "
              "(h.text, pointing into the buffer) are read by latin1(): a use after free for "
-             "any exporter that frees or moves its memory on release (StrictBuffer)"),
+             "any exporter that frees or moves its memory on release (StrictBuffer). "
+             "Fixed: head() releases the buffer after it has read the target and the "
+             "reason out of it; a regression input",
+        open=False),
     Known(
         id="otlp-nested-list-reference",
         target="otlp",
@@ -75,8 +81,9 @@ KNOWN = (
         what="found by this campaign: an attribute whose list holds a list (or tuple) makes "
              "both Python encoders raise TypeError (otlp_proto/otlp_json pair_cache_key "
              "puts the list's items in a dict key: unhashable), while otlp.c writes it as an "
-             "ArrayValue of ArrayValues: C and its reference disagree (the reference is the "
-             "side that fails)"),
+             "ArrayValue of ArrayValues. Fixed: pair_cache_key gives None (not cached, "
+             "written each time) for a sequence holding a sequence; a regression input",
+        open=False),
     Known(
         id="otlp-pair-cache-conflation",
         target="otlp",
@@ -88,7 +95,10 @@ KNOWN = (
              "attribute) is written as 0.0, a tuple (True,) after (1,) as intValue, (1.0,) "
              "after (1,) as intValue; the list key carries its items' types, the tuple and "
              "float keys do not. otlp.c (no cache) writes each value's own bytes: C and its "
-             "reference disagree, the reference exports the wrong value"),
+             "reference disagree, the reference exports the wrong value. Fixed: pair_cache_key "
+             "keys every item by its type and a float by its bits (float.hex), so -0.0 and "
+             "0.0, True and 1 are separate entries; a regression input",
+        open=False),
 )
 
 

@@ -836,7 +836,17 @@ def _fuzz(name: str, argv: list[str]) -> None:
         for i, seed in enumerate(TARGETS[name][1]()):
             (seed_dir / f"seed-{i:03d}").write_bytes(seed)
         argv = argv[2:]
-    atheris.Setup([sys.argv[0], *argv], one)
+    program = sys.argv[0]
+    if any(a.startswith("-merge=") for a in argv):
+        # libFuzzer's merge runs argv[0] again as a program: this module, as one
+        import tempfile  # noqa: PLC0415
+
+        wrapper = Path(tempfile.mkdtemp(prefix="fuzz-merge-")) / "target"
+        wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m bench.fuzz.sanitized fuzz "
+                           f"{name} \"$@\"\n")
+        wrapper.chmod(0o755)
+        program = str(wrapper)
+    atheris.Setup([program, *argv], one)
     atheris.Fuzz()
 
 

@@ -5,8 +5,8 @@ process of its own, its committed regression inputs (bench/fuzz/corpus/<target>/
 first, against the Python reference where the C code has one. Any sanitizer report, crash,
 exception or mismatch fails the target's test, with the report and the input's path.
 
-Each open known finding's input (bench/fuzz/known.py) is replayed as expected to fail:
-xfail while it still fails as its signature says, a pass once main fixes it.
+Each known finding's input (bench/fuzz/known.py) is replayed: a fixed one's must pass; an
+open one's is expected to fail (xfail while it still fails as its signature says).
 
 Budgets are inputs' seconds, never asserted on: FUZZ_TEST_SECONDS (default 12) per target.
 No clang is a failure with what to install, not a skip: these parsers read bytes any peer
@@ -58,11 +58,15 @@ def test_target_fuzzed_under_sanitizers(built, target):
     assert result.runs > 0, f"{target} ran no input:\n" + "\n".join(lines[-20:])
 
 
-@pytest.mark.parametrize("finding", [k.id for k in known.KNOWN if k.open])
-def test_known_finding_still_reproduces_or_is_fixed(built, finding):
+@pytest.mark.parametrize("finding", [k.id for k in known.KNOWN])
+def test_known_finding_fixed_or_still_reproducing(built, finding):
+    """A fixed finding's input is an ordinary regression input and must pass; an open one's
+    must still fail as its signature says (xfail) or pass once main fixes it."""
     asan_dir, lib = built
     k = next(k for k in known.KNOWN if k.id == finding)
+    assert k.path.is_file(), f"{finding}: its regression input {k.path} is missing"
     result = sanitize.replay(k.target, asan_dir, lib)
     assert result.ok, "\n\n".join(result.failures)
-    if finding in result.known:
+    if k.open and finding in result.known:
         pytest.xfail(f"known, open: {k.what}")
+    assert finding not in result.known
