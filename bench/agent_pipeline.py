@@ -2,11 +2,12 @@
 kernel): ring-buffer records -> events -> connection table and parsers -> correlator ->
 spans ready for export (resource, wall clock) -> OTLP encodings. Each round runs every
 stage twice, side by side: with the compiled per-event path (otel_ebpf/_fast and
-protocols/http1/_parse.c: record decoding, HTTP/1 heads, OTLP protobuf and JSON spans) and with the pure Python path it implements (what
-OTEL_EBPF_PURE_PYTHON=1 runs). Side by side too, the encodings the exporters use: OTLP
-protobuf written directly (otel_ebpf/export/otlp_proto.py: the otlp exporter) and by
-the SDK's encoder (otlphttp, and the otlp exporter before), and OTLP/JSON for the file
-exporter built directly (otel_ebpf/export/otlp_json.py) and by the old protobuf route.
+protocols/http1/_parse.c: record decoding, HTTP/1 heads, OTLP protobuf and JSON spans) and
+with the pure Python path it implements (what OTEL_EBPF_PURE_PYTHON=1 runs). Side by side
+too, the encodings the exporters use: OTLP protobuf written directly
+(otel_ebpf/export/otlp_proto.py: the otlp exporter) and by the SDK's encoder (otlphttp,
+and the otlp exporter before), and OTLP/JSON for the file exporter built directly
+(otel_ebpf/export/otlp_json.py) and by the old protobuf route.
 
     .venv/bin/python bench/agent_pipeline.py [--exchanges 5000] [--rounds 5]
         [--answer-writes 2] [--profile] [--out docs/performance.md]

@@ -7,8 +7,9 @@
  * What otel_ebpf/conntrack/connection.py Connection.on_data does (the reference) when the
  * event is the usual one: a syscall's every byte, no tail, right where an empty stream
  * stands, on a connection whose parser has a one-call step for it (`conn.whole`: a
- * parser's compiled step, e.g. HTTP/1's protocols/http1/_parse.c whole). The step's frame is finished here as on_data finishes
- * it; when the step declines, Connection._whole runs the general path, as on_data would.
+ * parser's compiled step, e.g. HTTP/1's protocols/http1/_parse.c whole). The step's frame
+ * is finished here as on_data finishes it; when the step declines, Connection._whole runs
+ * the general path, as on_data would.
  * False, with nothing changed, for every other event: the caller runs on_data.
  */
 #include "slots.h"
@@ -547,8 +548,8 @@ out:
  *
  * A syscall's every byte, at the head of a stream holding nothing, inside a message whose
  * head is past (frame_start set): when the parser's class has a compiled `piece` step
- * (e.g. HTTP/1's protocols/http1/_parse.c chunks) and that step takes every byte without ending
- * a frame, what _whole leaves after such a piece is done here (the head moves on, the
+ * (e.g. HTTP/1's protocols/http1/_parse.c chunks) and that step takes every byte without
+ * ending a frame, what _whole leaves after such a piece is done here (the head moves on, the
  * timing chunk is pruned, frame_start stays); when it takes every byte and ends the
  * message (returning its frame), Connection._piece_done finishes the frame as _parse,
  * _frame_done and _finish_pending would. The step times what it keeps by the

@@ -12,12 +12,12 @@ import json
 from pathlib import Path
 
 import pytest
-
-from otel_ebpf import _fast
 from otel_ebpf.protocols.http1 import parse as http1_parse
 from otel_ebpf.protocols.http2 import parse as h2parse
 from otel_ebpf.protocols.http2 import stitch as h2stitch
 from otel_ebpf.protocols.llm import stream as llm_stream
+
+from otel_ebpf import _fast
 from tests.unit import span_traffic
 
 GOLDEN = Path(__file__).parent / "data" / "spans_golden.json.gz"

@@ -136,7 +136,7 @@ def mutated(draw, request: bool) -> bytes:
 def _states(role: Role):
     """The same connection twice: one parsed with the compiled heads, one with llhttp."""
     fast, slow = parser.new_state(conn_info(role)), parser.new_state(conn_info(role))
-    assert fast.fast_kept is not None, "otel_ebpf.protocols.http1._parse is not built (make install)"
+    assert fast.fast_kept is not None, "http1._parse is not built (make install)"
     slow.fast_kept = None
     return fast, slow
 
@@ -213,7 +213,8 @@ def test_chunked_heads_take_the_compiled_path_only_where_asked():
     got = http1_parse.compiled.head(response, False, kept, True)
     assert got is not None and got[-1] == http1_parse.compiled.CHUNKED
     assert http1_parse.compiled.head(response, False, kept) is None
-    assert http1_parse.compiled.head(response.replace(b"HTTP/1.1", b"HTTP/1.0"), False, kept, True) is None
+    http10 = response.replace(b"HTTP/1.1", b"HTTP/1.0")
+    assert http1_parse.compiled.head(http10, False, kept, True) is None
     parser.parse(Direction.EGRESS, memoryview(b"GET / HTTP/1.1\r\n\r\n"), fast)
     assert http1_parse.whole(Direction.INGRESS, response, fast, 0, 1, 2, None, 1, 0) is None
 

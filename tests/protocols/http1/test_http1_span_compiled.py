@@ -16,7 +16,7 @@ from otel_ebpf.protocols.http1.parse import HTTPRequest, HTTPResponse
 from otel_ebpf.protocols.http1.stitch import HTTPRecord
 
 
-pytestmark = pytest.mark.skipif(http1_parse.compiled is None, reason="HTTP/1's _parse.c is not built")
+pytestmark = pytest.mark.skipif(http1_parse.compiled is None, reason="http1._parse is not built")
 
 METHODS = ["GET", "POST", "HEAD", "DELETE", "PROPFIND", "get"]
 TARGETS = ["/", "/a", "/a/b?x=1", "/p?", "/q?sig=abc&x=2&AWSAccessKeyId=k", "/s?token=t",
