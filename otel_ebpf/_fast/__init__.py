@@ -72,7 +72,7 @@ def _accelerators() -> list[tuple[str, bool]]:
             for path in folder.glob("_*"):
                 stem = next((path.name[:-len(s)] for s in suffixes if path.name.endswith(s)),
                             None)
-                if stem is not None:
+                if stem is not None and "." not in stem:  # not another Python's build
                     found[f"{protocols.__name__}.{folder.name}.{stem}"] = True
                 elif path.suffix == ".c":
                     found.setdefault(f"{protocols.__name__}.{folder.name}.{path.stem}", False)
