@@ -76,8 +76,10 @@ deps:
 venv: $(VENV)/.installed $(VENV)/.torch
 	@$(PY) tests/support/python_symbols.py
 
-# the C sources too: pip install -e . compiles otel_ebpf/_fast (setup.py ext_modules)
-$(VENV)/.installed: pyproject.toml setup.py $(wildcard otel_ebpf/_fast/*.c otel_ebpf/_fast/*.h) bpf/include/abi.h
+# the C sources too: pip install -e . compiles otel_ebpf/_fast and each protocol's _X.c
+# accelerators (setup.py ext_modules)
+$(VENV)/.installed: pyproject.toml setup.py bpf/include/abi.h \
+		$(wildcard otel_ebpf/_fast/*.c otel_ebpf/_fast/*.h protocols/*/_*.c)
 	@command -v $(PYTHON) >/dev/null || { echo "PYTHON=$(PYTHON) not found: make PYTHON=/path/to/python3.11+"; exit 1; }
 	$(PYTHON) tests/support/python_symbols.py
 	$(PYTHON) -m venv $(VENV)

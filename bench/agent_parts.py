@@ -61,7 +61,7 @@ def one_round(evs: list, exchanges: int) -> dict[str, float]:
     held: list = []
     _table_pass(evs, held)
     records = [h for h in held if not isinstance(h[0], list)]
-    to_spans = HTTP1Parser.to_spans  # compiled where it can be (_fast/http1.c span)
+    to_spans = HTTP1Parser.to_spans  # compiled where it can be (protocols/http1/_parse.c span)
     batches = [h for h in held if isinstance(h[0], list)]
     table = _table_pass(evs, None)  # timed: frames and spans let go, as the agent does
     t0 = time.process_time()

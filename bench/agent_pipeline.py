@@ -1,12 +1,13 @@
 """Where the agent's CPU goes per HTTP/1 exchange, stage by stage, in one process (no
 kernel): ring-buffer records -> events -> connection table and parsers -> correlator ->
 spans ready for export (resource, wall clock) -> OTLP encodings. Each round runs every
-stage twice, side by side: with the compiled per-event path (otel_ebpf/_fast: record
-decoding, HTTP/1 heads, OTLP protobuf and JSON spans) and with the pure Python path it implements (what
-OTEL_EBPF_PURE_PYTHON=1 runs). Side by side too, the encodings the exporters use: OTLP
-protobuf written directly (otel_ebpf/export/otlp_proto.py: the otlp exporter) and by
-the SDK's encoder (otlphttp, and the otlp exporter before), and OTLP/JSON for the file
-exporter built directly (otel_ebpf/export/otlp_json.py) and by the old protobuf route.
+stage twice, side by side: with the compiled per-event path (otel_ebpf/_fast and
+protocols/http1/_parse.c: record decoding, HTTP/1 heads, OTLP protobuf and JSON spans) and
+with the pure Python path it implements (what OTEL_EBPF_PURE_PYTHON=1 runs). Side by side
+too, the encodings the exporters use: OTLP protobuf written directly
+(otel_ebpf/export/otlp_proto.py: the otlp exporter) and by the SDK's encoder (otlphttp,
+and the otlp exporter before), and OTLP/JSON for the file exporter built directly
+(otel_ebpf/export/otlp_json.py) and by the old protobuf route.
 
     .venv/bin/python bench/agent_pipeline.py [--exchanges 5000] [--rounds 5]
         [--answer-writes 2] [--profile] [--out docs/performance.md]
@@ -35,6 +36,7 @@ sys.path.insert(0, str(REPO))
 
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans  # noqa: E402
 from otel_ebpf.protocols.base import Direction, Role  # noqa: E402
+from otel_ebpf.protocols.http1 import parse as http1_parse  # noqa: E402
 from otel_ebpf.protocols.registry import Registry  # noqa: E402
 
 from bench.side_by_side import publish, spread  # noqa: E402
@@ -112,13 +114,13 @@ ENABLED = ("http1", "http2", "rtps", "llm", "vectordb")
 
 def one_round(exchanges: int, profile: cProfile.Profile | None, compiled: bool,
               **workload) -> dict[str, float]:
-    saved = _fast.http1, _fast.otlp
+    saved = http1_parse.compiled, _fast.otlp
     if not compiled:  # HTTP/1 states made from now on parse every head with llhttp
-        _fast.http1 = _fast.otlp = None
+        http1_parse.compiled = _fast.otlp = None
     try:
         return _one_round(exchanges, profile if compiled else None, compiled, **workload)
     finally:
-        _fast.http1, _fast.otlp = saved
+        http1_parse.compiled, _fast.otlp = saved
 
 
 def _one_round(exchanges: int, profile: cProfile.Profile | None, compiled: bool,
@@ -192,7 +194,7 @@ def main() -> None:
         from otel_ebpf.agent import _tune_gc  # noqa: PLC0415
         _tune_gc()
     profile = cProfile.Profile() if args.profile else None
-    if _fast.http1 is None or _fast.ring is None or _fast.otlp is None:
+    if http1_parse.compiled is None or _fast.ring is None or _fast.otlp is None:
         sys.exit("otel_ebpf._fast is not built (make install) or OTEL_EBPF_PURE_PYTHON is set")
     rounds: dict[bool, list[dict[str, float]]] = {True: [], False: []}
     for i in range(args.rounds):  # interleaved, the order alternating: a noisy machine

@@ -7,8 +7,9 @@ alternating, so a busy machine weighs on both alike. Both runs use this interpre
 
 DIR: a checkout of the other commit whose `otel_ebpf` (and `otel_ebpf.protocols`, its
 `protocols/` folder) import from DIR itself, with its compiled extensions built: for an
-archive of a commit, copy in the built `otel_ebpf/_fast/*.so` of the same sources and
-link `otel_ebpf/protocols` to `../protocols`. Medians [min–max] over rounds, µs of CPU
+archive of a commit, copy in the built `otel_ebpf/_fast/*.so` and `protocols/*/_*.so` of
+the same sources (`setup.py build_ext --inplace` in DIR builds both) and link
+`otel_ebpf/protocols` to `../protocols`. Medians [min–max] over rounds, µs of CPU
 per exchange (2 spans), for the compiled path and for the pure Python one.
 """
 

@@ -22,6 +22,7 @@ sys.path.insert(0, str(REPO))
 from bench.agent_pipeline import ENABLED, REQUEST, RESPONSE, one_round  # noqa: E402
 from bench.side_by_side import publish, rotated, spread  # noqa: E402
 from otel_ebpf import _fast  # noqa: E402
+from otel_ebpf.protocols.http1 import parse as http1_parse  # noqa: E402
 
 
 def command(*args: bytes) -> bytes:
@@ -51,7 +52,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    if _fast.http1 is None or _fast.ring is None or _fast.otlp is None:
+    if http1_parse.compiled is None or _fast.ring is None or _fast.otlp is None:
         sys.exit("otel_ebpf._fast is not built (make install) or OTEL_EBPF_PURE_PYTHON is set")
     runs: dict[str, list[dict[str, float]]] = {w[0]: [] for w in WORKLOADS}
     for i in range(args.rounds):

@@ -2,25 +2,31 @@
 
 Each module here is an implementation of something Python keeps as the reference:
 `ring` drains the BPF ring buffer and decodes its records (otel_ebpf/kernel/abi.py),
-`http1` frames plain HTTP/1 heads and whole plain messages (protocols/http1/parse.py,
-llhttp), `conn` takes a connection's usual data event (otel_ebpf/conntrack/connection.py),
-`otlp` writes OTLP Span messages (otel_ebpf/export/otlp_proto.py), `rtps` reads RTPS
-datagrams into submessages (protocols/rtps/parse.py), `sse` splits SSE bodies into
-events (protocols/llm/stream.py) and reads OpenAI chat chunks into the response's fields
-(protocols/llm/events.py read_events), `maker` builds slots dataclasses from positional fields
-(protocols/base.py positional_maker), `h2` splits HTTP/2 bytes into frames
-(protocols/http2/parse.py), `correlate` takes the correlator's usual frames and spans
-(otel_ebpf/correlate/joiner.py), `table` the connection table's loop over the usual data
-events (otel_ebpf/conntrack/table.py), `h2span` pairs HTTP/2 streams and writes a gRPC
-call's span (protocols/http2/stitch.py pair, spans.py to_spans). All are built by
-`pip install -e .` (setup.py); when they are missing (no compiler) or
+`conn` takes a connection's usual data event (otel_ebpf/conntrack/connection.py),
+`otlp` writes OTLP Span messages (otel_ebpf/export/otlp_proto.py), `maker` builds slots
+dataclasses from positional fields (protocols/base.py positional_maker), `correlate` takes
+the correlator's usual frames and spans (otel_ebpf/correlate/joiner.py), `table` the
+connection table's loop over the usual data events (otel_ebpf/conntrack/table.py).
+slots.h, the shared header, reads and writes the agent's slots classes by offset.
+
+A protocol's accelerators live in its own folder, beside the Python module they speed up,
+as CPython pairs `_pickle` with `pickle`: protocols/<name>/_X.c is module
+otel_ebpf.protocols.<name>._X, the compiled implementation of X.py, which keeps the
+reference and holds the loaded module as its `compiled` attribute
+(`compiled = _fast.accelerator(__name__)`); its callers look that attribute up, so setting
+it to None turns that protocol's compiled path off. setup.py finds them by that name.
+
+All are built by `pip install -e .` (setup.py); when they are missing (no compiler) or
 OTEL_EBPF_PURE_PYTHON=1 is set, every caller takes the Python path, which produces the
 same events, frames and spans (the differential tests check it on the same input).
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.machinery
 import os
+from pathlib import Path
 from types import ModuleType
 
 PURE_PYTHON = os.environ.get("OTEL_EBPF_PURE_PYTHON", "").strip().lower() in ("1", "true", "yes")
@@ -30,33 +36,57 @@ def _load(name: str) -> ModuleType | None:
     if PURE_PYTHON:
         return None
     try:
-        return __import__(f"otel_ebpf._fast.{name}", fromlist=[name])
+        return importlib.import_module(name)
     except ImportError:
         return None
 
 
-ring = _load("ring")
-http1 = _load("http1")
-otlp = _load("otlp")
-conn = _load("conn")
-rtps = _load("rtps")
-sse = _load("sse")
-maker = _load("maker")
-h2 = _load("h2")
-correlate = _load("correlate")
-table = _load("table")
-h2span = _load("h2span")
+ring = _load("otel_ebpf._fast.ring")
+otlp = _load("otel_ebpf._fast.otlp")
+conn = _load("otel_ebpf._fast.conn")
+maker = _load("otel_ebpf._fast.maker")
+correlate = _load("otel_ebpf._fast.correlate")
+table = _load("otel_ebpf._fast.table")
 
-MODULES = ("ring", "http1", "otlp", "conn", "rtps", "sse", "maker", "h2", "correlate", "table",
-           "h2span")
+MODULES = ("ring", "otlp", "conn", "maker", "correlate", "table")
+
+
+def accelerator(module_name: str) -> ModuleType | None:
+    """The compiled sibling of a Python module: "a.b.X" -> module "a.b._X", or None when it
+    is not built or OTEL_EBPF_PURE_PYTHON=1 is set (the module's own Python is the path)."""
+    package, _, stem = module_name.rpartition(".")
+    return _load(f"{package}._{stem}" if package else f"_{stem}")
+
+
+def _accelerators() -> list[tuple[str, bool]]:
+    """(dotted name, built) of every protocol accelerator: a `_X.c` source or a built `_X`
+    extension in a folder of the otel_ebpf.protocols package."""
+    try:
+        import otel_ebpf.protocols as protocols
+    except ImportError:
+        return []
+    suffixes = importlib.machinery.EXTENSION_SUFFIXES
+    found: dict[str, bool] = {}
+    for root in map(Path, protocols.__path__):
+        for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+            for path in folder.glob("_*"):
+                stem = next((path.name[:-len(s)] for s in suffixes if path.name.endswith(s)),
+                            None)
+                if stem is not None and "." not in stem:  # not another Python's build
+                    found[f"{protocols.__name__}.{folder.name}.{stem}"] = True
+                elif path.suffix == ".c":
+                    found.setdefault(f"{protocols.__name__}.{folder.name}.{path.stem}", False)
+    return sorted(found.items())
 
 
 def status() -> tuple[bool, str]:
     """Whether the compiled path is on, and what to say about it (`otel-ebpf check`)."""
     if PURE_PYTHON:
         return False, "off: OTEL_EBPF_PURE_PYTHON=1 (the Python reference: the same spans)"
-    loaded = [name for name in MODULES if globals()[name] is not None]
-    missing = [name for name in MODULES if name not in loaded]
+    names = [(name, globals()[name] is not None) for name in MODULES]
+    names += [(name, built and _load(name) is not None) for name, built in _accelerators()]
+    loaded = [name for name, ok in names if ok]
+    missing = [name for name, ok in names if not ok]
     if not loaded:
         return False, "off: not built (pip install builds it with a C compiler); the Python " \
             "reference gives the same spans"

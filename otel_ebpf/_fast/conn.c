@@ -6,9 +6,10 @@
  *
  * What otel_ebpf/conntrack/connection.py Connection.on_data does (the reference) when the
  * event is the usual one: a syscall's every byte, no tail, right where an empty stream
- * stands, on a connection whose parser has a one-call step for it (`conn.whole`, HTTP/1's
- * otel_ebpf/_fast/http1.c whole). The step's frame is finished here as on_data finishes
- * it; when the step declines, Connection._whole runs the general path, as on_data would.
+ * stands, on a connection whose parser has a one-call step for it (`conn.whole`: a
+ * parser's compiled step, e.g. HTTP/1's protocols/http1/_parse.c whole). The step's frame
+ * is finished here as on_data finishes it; when the step declines, Connection._whole runs
+ * the general path, as on_data would.
  * False, with nothing changed, for every other event: the caller runs on_data.
  */
 #include "slots.h"
@@ -118,7 +119,7 @@ static int finish_frame(PyObject *frames, PyObject *out, PyObject *info, PyObjec
 	return r;
 }
 
-/* ---- the step of a stream parser with no `whole` (HTTP/2) ----------------------------
+/* ---- the step of a stream parser with no `whole` (e.g. HTTP/2) -----------------------
  * Connection._whole, _parse and _finish_pending for a syscall at the head of an empty
  * stream (data() checked it), all its bytes captured: the parser is asked as _parse asks
  * it, first the whole payload, then what its answers left, and each answer is taken as
@@ -133,7 +134,7 @@ static int finish_frame(PyObject *frames, PyObject *out, PyObject *info, PyObjec
  * skip past the syscall, a FRAME without a frame) goes on in Connection._parse and
  * _finish_pending from that answer, with the stream, the frames done so far and the
  * frame start as _parse would have left them. Only for parsers of the exact types given
- * to stream_parsers() (HTTP2Parser, when its frame loop is compiled). */
+ * to stream_parsers() (those whose class sets compiled_stream_step). */
 static PyObject *stepped_types, *frame_result, *need_result, *frame_start_type, *s_parser,
 	*s_parse, *s_release, *s__parse, *s__finish_pending, *s_direction, *s_stream_pos,
 	*s_start_ns, *s_end_ns, *s_tid, *s_task, *s_tcp_seq, *s_size, *mask32;
@@ -547,8 +548,8 @@ out:
  *
  * A syscall's every byte, at the head of a stream holding nothing, inside a message whose
  * head is past (frame_start set): when the parser's class has a compiled `piece` step
- * (HTTP/1's otel_ebpf/_fast/http1.c chunks) and that step takes every byte without ending
- * a frame, what _whole leaves after such a piece is done here (the head moves on, the
+ * (e.g. HTTP/1's protocols/http1/_parse.c chunks) and that step takes every byte without
+ * ending a frame, what _whole leaves after such a piece is done here (the head moves on, the
  * timing chunk is pruned, frame_start stays); when it takes every byte and ends the
  * message (returning its frame), Connection._piece_done finishes the frame as _parse,
  * _frame_done and _finish_pending would. The step times what it keeps by the

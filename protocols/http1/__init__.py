@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from otel_ebpf import _fast
-
 from ..base import (
     ConnInfo,
     Direction,
@@ -75,7 +73,7 @@ class HTTP1Parser(ProtocolParser):
         """The tracker's one step for a whole syscall that is one plain message (None from
         it: the general path): in C when compiled, and none on the pure Python path, whose
         heads llhttp reads. parse.whole is the reference of the compiled one."""
-        fast = _fast.http1
+        fast = _parse.compiled
         return None if fast is None or self.capture_headers else _parse.compiled_whole(fast)
 
     def resync(self, direction: Direction, buf: memoryview, state: HTTP1State) -> int | None:
@@ -92,9 +90,9 @@ class HTTP1Parser(ProtocolParser):
         return pair(requests, responses, closed, now_ns, state, self.response_timeout_ns)
 
     def to_spans(self, record: HTTPRecord, conn: ConnInfo) -> list[NeutralSpan]:
-        # the common case in C when compiled (_fast/http1.c span; spans.to_spans is its
+        # the common case in C when compiled (_parse.c span; spans.to_spans is its
         # reference): None from it, and the Python runs
-        fast = _fast.http1
+        fast = _parse.compiled
         if fast is not None and not self.capture_headers:
             if _spans.compiled_for is not fast:
                 _spans.compiled_setup(fast)

@@ -35,6 +35,11 @@ SENT_LIMIT = 256  # requests awaiting a response; beyond that pairing is lost an
 
 NEED, FRAME, INVALID = ParseResult.NEED_MORE, ParseResult.FRAME, ParseResult.INVALID
 Step = tuple[ParseResult, Frame | None, int]
+# this file's compiled implementation (_parse.c: heads, whole messages, chunked pieces and
+# spans.py's span), None on the pure Python path. Looked up when called (but
+# HTTP1Parser.piece, taken once at import), so setting it to None turns HTTP/1's compiled
+# heads, whole messages and spans off
+compiled = _fast.accelerator(__name__)
 
 # Secrets never enter a frame: they are dropped as llhttp hands the header over.
 
@@ -208,11 +213,11 @@ def _kept_names(carrier_names: frozenset[str]) -> frozenset[bytes]:
 
 @functools.lru_cache(maxsize=16)
 def _fast_kept(carrier_names: frozenset[str]) -> dict[bytes, tuple[str, int]]:
-    """What otel_ebpf/_fast/http1.c keeps of a head: lower-case name -> (name, what it
+    """What _parse.c keeps of a head: lower-case name -> (name, what it
     is). Secrets are left out here, as _Head.on_header drops them; a head with Upgrade
     is left to llhttp (K_FALLBACK), and one with Transfer-Encoding (K_TE) unless it is
     "chunked" alone and the caller takes chunked bodies."""
-    fast = _fast.http1
+    fast = compiled
     roles = {"host": fast.K_HOST, "user-agent": fast.K_UA, "content-type": fast.K_CTYPE,
              "content-length": fast.K_CLEN, "transfer-encoding": fast.K_TE,
              "upgrade": fast.K_FALLBACK}
@@ -249,7 +254,7 @@ class HTTP1State(ParserState):
         # the (lower-case, bytes) names a head's parse keeps; None: every non-secret one
         self.kept_headers = None if capture_headers else _kept_names(carrier_names)
         # the same, for the compiled head parser (None: llhttp parses every head)
-        self.fast_kept = (None if capture_headers or _fast.http1 is None
+        self.fast_kept = (None if capture_headers or compiled is None
                           else _fast_kept(carrier_names))
         # requests, responses, closed: ParserState's (a client writes its requests)
         self.streams = (_Stream(), _Stream())
@@ -364,8 +369,8 @@ def _transfer(head: _Head) -> tuple[Body | None, int]:
 
 
 def _request_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) -> Step:
-    fast = state.fast_kept is not None and _fast.http1.head(buf, True, state.fast_kept, True)
-    if fast:  # a plain head, parsed in C (otel_ebpf/_fast/http1.c): what llhttp would say
+    fast = state.fast_kept is not None and compiled.head(buf, True, state.fast_kept, True)
+    if fast:  # a plain head, parsed in C (_parse.c): what llhttp would say
         _, end, method, target, version, carrier, host, agent, ctype, clen = fast
         layer = first_wanting(state.layers, method, target) if state.layers else None
         index = state.next_index
@@ -379,7 +384,7 @@ def _request_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) -> 
             del sent[0]
         # no Upgrade header, no CONNECT: those heads are llhttp's, so no switch
         sent.append(Sent(index, method, False, layer))
-        if clen == _fast.http1.CHUNKED:
+        if clen == compiled.CHUNKED:
             return _start_body(s, request, end, Body.CHUNKED, 0)
         if layer is None:  # skipped by length, as _start_body does
             if clen >= 0:
@@ -439,8 +444,8 @@ def _response_body(status: int, method: str, declared: Body | None) -> Body:
 
 
 def _response_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) -> Step:
-    fast = state.fast_kept is not None and _fast.http1.head(buf, False, state.fast_kept, True)
-    if fast:  # a plain head, parsed in C (otel_ebpf/_fast/http1.c): what llhttp would say
+    fast = state.fast_kept is not None and compiled.head(buf, False, state.fast_kept, True)
+    if fast:  # a plain head, parsed in C (_parse.c): what llhttp would say
         _, end, status, reason, version, carrier, host, agent, ctype, clen = fast
         if 100 <= status < 200 and status != 101:  # interim: see below
             s.interim += (status,)
@@ -459,7 +464,7 @@ def _response_head(buf, state: HTTP1State, s: _Stream, capture_headers: bool) ->
             body = Body.TUNNEL
         elif clen >= 0:
             body = Body.LENGTH
-        elif clen == _fast.http1.CHUNKED:
+        elif clen == compiled.CHUNKED:
             body = Body.CHUNKED
         else:
             body = Body.UNTIL_CLOSE
@@ -551,7 +556,7 @@ def whole(direction: Direction, data: bytes, state: HTTP1State, pos: int, start_
     if s.body is not None or s.size:  # inside a message, or after an interim head
         return None
     if direction == state.requests:
-        fast = _fast.http1.head(data, True, kept)
+        fast = compiled.head(data, True, kept)
         if not fast:
             return None
         _, end, method, target, version, carrier, host, agent, ctype, clen = fast
@@ -580,7 +585,7 @@ def whole(direction: Direction, data: bytes, state: HTTP1State, pos: int, start_
         return _whole_kept_request(direction, method, target, index, carrier, version, host,
                                    agent, ctype, *stamps, layer,
                                    kept_body(layer, data[head_end:end], start_ns))
-    fast = _fast.http1.head(data, False, kept)
+    fast = compiled.head(data, False, kept)
     if not fast:
         return None
     _, end, status, reason, version, carrier, host, agent, ctype, clen = fast
@@ -624,7 +629,7 @@ _compiled_ready = None  # the compiled module whose whole() was given its pieces
 
 
 def compiled_whole(fast):  # noqa: ANN001, ANN201 (the extension module and its function)
-    """`fast.whole` (otel_ebpf/_fast/http1.c), once it was given what it builds with: the
+    """`fast.whole` (_parse.c), once it was given what it builds with: the
     same makers, Sent and first_wanting as whole() above."""
     global _compiled_ready
     if _compiled_ready is not fast:
@@ -634,12 +639,12 @@ def compiled_whole(fast):  # noqa: ANN001, ANN201 (the extension module and its 
     return fast.whole
 
 
-def compiled_piece():  # noqa: ANN201 (otel_ebpf/_fast/http1.c chunks, or None)
-    """The tracker's step for a body piece (otel_ebpf/_fast/http1.c chunks): a syscall's
+def compiled_piece():  # noqa: ANN201 (_parse.c chunks, or None)
+    """The tracker's step for a body piece (_parse.c chunks): a syscall's
     every byte inside a chunked body that is whole chunks, none of them the last, taken
     as _chunks takes them (the reference), its pieces timed by the syscall's time; False
     from it, with nothing changed, for anything else. None on the pure Python path."""
-    fast = _fast.http1
+    fast = compiled
     if fast is None:
         return None
     fast.chunks_setup(HTTP1State, _Stream, HTTPMessage, HTTPRequest, HTTPResponse, Body.CHUNKED,

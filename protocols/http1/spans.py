@@ -95,7 +95,7 @@ compiled_for = None  # the extension module span_setup() was last called on
 
 
 def compiled_setup(fast) -> None:  # noqa: ANN001 (the extension module)
-    """Give `fast.span` (otel_ebpf/_fast/http1.c) what to_spans builds with: the same span
+    """Give `fast.span` (parse.compiled, _parse.c) what to_spans builds with: the same span
     maker, caches, method set and enum members, so its spans are this module's. It takes
     to_spans' common case (known method, origin-form target, no layer, no body delimited
     by the close, no captured headers) and answers None for the rest."""

@@ -53,9 +53,12 @@ MAX_STREAMS = 1024  # open streams tracked per connection; the oldest beyond are
 MAX_BLOCK = 256 * 1024  # a header block larger than this is given up (and HPACK with it)
 _PLAIN_MASK = f.END_HEADERS | f.PADDED | f.HAS_PRIORITY  # a HEADERS frame that is all block
 _REQUEST_PSEUDO = frozenset({":method", ":path", ":scheme", ":authority", ":protocol"})
-# the frame loop in C where it is built (otel_ebpf/_fast/h2.c parse, this file's `parse` its
+# the frame loop in C where it is built (_parse.c parse, this file's `parse` its
 # reference); False: this file's `parse` (tests compare the two)
 COMPILED = True
+# this file's compiled implementation (_parse.c), None on the pure Python path; looked up
+# when a parser is made (HTTP2Parser), so setting it to None turns the compiled frame loop off
+compiled = _fast.accelerator(__name__)
 
 
 # --- frames and state --------------------------------------------------------------------
@@ -682,13 +685,13 @@ def resync(direction: Direction, buf, state: HTTP2State) -> int | None:
 _compiled_ready = None  # the compiled module given what it reads and calls
 
 
-def compiled_parse():  # noqa: ANN201 (otel_ebpf/_fast/h2.c parse, or None)
-    """`parse` with its frame loop in C (otel_ebpf/_fast/h2.c): the preface, unaligned
+def compiled_parse():  # noqa: ANN201 (_parse.c parse, or None)
+    """`parse` with its frame loop in C (_parse.c): the preface, unaligned
     bytes, header blocks (but the usual reused ones, read in C as _request_block and
     _response_block read them), DATA frames other than a whole one-message gRPC frame, and every other frame with
     a handler are this file's; None on the pure Python path."""
     global _compiled_ready
-    fast = _fast.h2
+    fast = compiled
     if fast is None or not COMPILED:
         return None
     if _compiled_ready is not fast:

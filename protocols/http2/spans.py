@@ -4,8 +4,6 @@ left out, never guessed: a span may lack its method or path, never carry a wrong
 
 from __future__ import annotations
 
-from otel_ebpf import _fast
-
 from ..base import (
     AttributeValue,
     ConnInfo,
@@ -28,6 +26,7 @@ from ..http1.spans import (
 )
 from ..layers import HTTPExchange, apply_layer
 from . import grpc
+from . import stitch as _stitch
 from .frames import error_name
 from .parse import H2Message, H2Request, H2Response
 from .stitch import H2Record
@@ -38,8 +37,9 @@ Attributes = dict[str, AttributeValue]
 
 def to_spans(record: H2Record, conn: ConnInfo, capture_headers: bool = False
              ) -> list[NeutralSpan]:
-    if COMPILED and _fast_span is not None and not capture_headers:
-        span = _fast_span(record, conn)  # otel_ebpf/_fast/h2span.c: the usual gRPC call
+    fast = _stitch.compiled
+    if COMPILED and fast is not None and not capture_headers:
+        span = fast.span(record, conn)  # _stitch.c: the usual gRPC call
         if span is not None:
             return [span]
     request, response = record.request, record.response
@@ -274,10 +274,8 @@ def _headers(prefix: str, message: H2Message, attrs: Attributes) -> None:
 # to_spans' usual gRPC call in C where the agent's extensions are built (False: this file's
 # to_spans, the reference, alone; tests compare the two)
 COMPILED = True
-_fast_span = None
-if _fast.h2span is not None:
-    _fast.h2span.setup_span(H2Record, grpc.Messages, ConnInfo, _new_span, _grpc_head,
-                            (Role.SERVER,), (SpanKind.SERVER, SpanKind.CLIENT),
-                            (StatusCode.UNSET, StatusCode.ERROR), grpc.CODES,
-                            grpc.SERVER_ERRORS, PROTOCOL)
-    _fast_span = _fast.h2span.span
+if _stitch.compiled is not None:
+    _stitch.compiled.setup_span(H2Record, grpc.Messages, ConnInfo, _new_span, _grpc_head,
+                                (Role.SERVER,), (SpanKind.SERVER, SpanKind.CLIENT),
+                                (StatusCode.UNSET, StatusCode.ERROR), grpc.CODES,
+                                grpc.SERVER_ERRORS, PROTOCOL)

@@ -38,8 +38,9 @@ def pair(requests: SmallDeque, responses: SmallDeque, now_ns: int, state: HTTP2S
          timeout_ns: int) -> list[H2Record]:
     """Records of the streams whose response ended or whose call ended otherwise (reset,
     refused, the close: state.closed, a timeout)."""
-    if COMPILED and _fast_pair is not None:  # otel_ebpf/_fast/h2span.c, this its reference
-        done = _fast_pair(requests, responses, now_ns, state, timeout_ns)
+    fast = compiled
+    if COMPILED and fast is not None:  # _stitch.c, this its reference
+        done = fast.pair(requests, responses, now_ns, state, timeout_ns)
         if done is not None:
             return done
     records: list[H2Record] = []
@@ -110,7 +111,8 @@ def _settle(state: HTTP2State, frame: H2Message) -> None:
 # pair's usual steps in C where the agent's extensions are built (False: this file's pair,
 # the reference, alone; tests compare the two)
 COMPILED = True
-_fast_pair = None
-if _fast.h2span is not None:
-    _fast.h2span.setup_pair(H2Request, H2Response, HTTP2State, _new_record, _expire)
-    _fast_pair = _fast.h2span.pair
+# this file's compiled implementation (_stitch.c: pair, and spans.py's gRPC span), None on
+# the pure Python path; looked up when called, so setting it to None turns both off
+compiled = _fast.accelerator(__name__)
+if compiled is not None:
+    compiled.setup_pair(H2Request, H2Response, HTTP2State, _new_record, _expire)

@@ -16,11 +16,10 @@ from typing import Any
 
 import orjson
 
-from otel_ebpf import _fast
-
 from ..layers import Body
 from .endpoints import ANTHROPIC, GEMINI, OLLAMA, OPENAI, Route
 from .eventstream import Frames
+from . import stream as _stream
 from .response import (
     ResponseInfo,
     anthropic_message,
@@ -260,30 +259,24 @@ def _openai_event(data: bytes, ns: int, info: ResponseInfo) -> None:
 
 def read_sse(body: Body, route: Route, info: ResponseInfo) -> None:
     """`read_events(decode_sse(body), route, info)`, the reference. An OpenAI chat or
-    completions stream read without content capture goes to otel_ebpf/_fast/sse.c where
-    it is built: the events of the pieces that end where events end are read there
+    completions stream read without content capture goes to _stream.c (stream.compiled)
+    where it is built: the events of the pieces that end where events end are read there
     straight into `info` (no event objects, no dicts), then the rest as here."""
     handler = _HANDLERS.get((route.dialect, route.responses_api), _foreign)
-    if _OPENAI_EVENTS is None or handler is not _openai_chunk or info.capture \
+    fast = _stream.compiled
+    if fast is None or handler is not _openai_chunk or info.capture \
             or type(info) is not ResponseInfo:
         read_events(decode_sse(body), route, info)
         return
-    first, expect = _OPENAI_EVENTS(body.pieces, info)
+    first, expect = fast.openai_events(body.pieces, info)
     if first == len(body.pieces):
         info.streamed = True
         return
     read_events(decode_sse_rest(body, first, expect), route, info)
 
 
-def _compiled():  # noqa: ANN202 - the C function, or None
-    fast = _fast.sse
-    if fast is None:
-        return None
-    fast.openai_setup(ResponseInfo, _openai_event, MAX_CONTENT_TIMES)
-    return fast.openai_events
-
-
-_OPENAI_EVENTS = _compiled()
+if _stream.compiled is not None:
+    _stream.compiled.openai_setup(ResponseInfo, _openai_event, MAX_CONTENT_TIMES)
 
 
 # Bedrock event streams ------------------------------------------------------------------

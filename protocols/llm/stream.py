@@ -17,6 +17,11 @@ from otel_ebpf import _fast
 
 from ..layers import Body, BodyPiece
 
+# this file's compiled implementation (_stream.c: whole_pieces, and events.py's OpenAI chunk
+# reader), None on the pure Python path; looked up when called, so setting it to None turns
+# both off
+compiled = _fast.accelerator(__name__)
+
 # an SSE event ends at a blank line; lines end with CRLF, LF or CR. A lone CR counts only
 # once the next byte shows it is not the first half of a CRLF (it may be in the next piece).
 _SSE_END = re.compile(rb"(?:\r\n|\n|\r(?=[^\n]))(?:\r\n|\n|\r(?=[^\n]))")
@@ -65,9 +70,10 @@ def _sse_whole_pieces_python(body: Body) -> tuple[list[StreamEvent], int, int]:
 
 
 def _sse_whole_pieces(body: Body) -> tuple[list[StreamEvent], int, int]:
-    """_sse_whole_pieces_python's result, from otel_ebpf/_fast/sse.c where it is built."""
-    if _WHOLE is not None:
-        return _WHOLE(body.pieces)
+    """_sse_whole_pieces_python's result, from _stream.c where it is built."""
+    fast = compiled
+    if fast is not None:
+        return fast.whole_pieces(body.pieces)
     return _sse_whole_pieces_python(body)
 
 
@@ -162,12 +168,5 @@ def decode_ndjson(body: Body) -> Decoded:
     return Decoded(events, dropped)
 
 
-def _compiled():  # noqa: ANN202 - the C function, or None
-    fast = _fast.sse
-    if fast is None:
-        return None
-    fast.setup(StreamEvent, _sse_event, BodyPiece)
-    return fast.whole_pieces
-
-
-_WHOLE = _compiled()
+if compiled is not None:
+    compiled.setup(StreamEvent, _sse_event, BodyPiece)

@@ -14,6 +14,10 @@ from otel_ebpf import _fast
 from ..base import Frame
 from .payload import parameters, sequence_number
 
+# this file's compiled implementation (_parse.c: `parse`), None on the pure Python path;
+# `parse` below is bound to it once, at import
+compiled = _fast.accelerator(__name__)
+
 MAGIC = b"RTPS"
 HEADER_SIZE = 20  # "RTPS", version (2), vendor id (2), GUID prefix (12)
 UNKNOWN_PREFIX = bytes(12)
@@ -249,7 +253,7 @@ class _Context:
 
 def parse_python(buf: bytes | memoryview) -> RTPSMessage | None:
     """The datagram's RTPS message, or None when it is not RTPS 2.x. The reference:
-    `parse` is otel_ebpf/_fast/rtps.c's where it is built (the same objects, equal)."""
+    `parse` is _parse.c's where it is built (the same objects, equal)."""
     if not is_rtps(buf):
         return None
     _, major, minor, vendor, prefix = _HEADER.unpack_from(buf, 0)
@@ -481,9 +485,9 @@ _DECODERS: dict[int, Decoder] = {
 
 
 def _compiled() -> Callable[[bytes | memoryview], RTPSMessage | None] | None:
-    """otel_ebpf/_fast/rtps.c's parse, given these classes (it writes their slots by offset;
+    """_parse.c's parse, given these classes (it writes their slots by offset;
     RTPSMessage's Frame fields start as a default instance has them), or None."""
-    fast = _fast.rtps
+    fast = compiled
     if fast is None:
         return None
     own = {"version", "vendor", "prefix", "submessages", "truncated", "captured", "malformed",

@@ -12,6 +12,10 @@ import json
 from pathlib import Path
 
 import pytest
+from otel_ebpf.protocols.http1 import parse as http1_parse
+from otel_ebpf.protocols.http2 import parse as h2parse
+from otel_ebpf.protocols.http2 import stitch as h2stitch
+from otel_ebpf.protocols.llm import stream as llm_stream
 
 from otel_ebpf import _fast
 from tests.unit import span_traffic
@@ -30,9 +34,10 @@ def test_spans_are_the_recorded_ones(golden, monkeypatch, seed, compiled):
     if compiled and _fast.PURE_PYTHON:
         pytest.skip("OTEL_EBPF_PURE_PYTHON=1: no compiled path")
     if not compiled:
-        for name in ("http1", "otlp", "ring", "conn", "h2", "correlate", "table"):
-            if hasattr(_fast, name):
-                monkeypatch.setattr(_fast, name, None)
+        for name in ("otlp", "ring", "conn", "correlate", "table"):
+            monkeypatch.setattr(_fast, name, None)
+        for module in (http1_parse, h2parse, h2stitch, llm_stream):  # protocol accelerators
+            monkeypatch.setattr(module, "compiled", None)
     spans = json.loads(json.dumps(span_traffic.plain(span_traffic.spans_of(
         span_traffic.traffic(seed)))))
     assert spans == golden[str(seed)]

@@ -24,6 +24,7 @@ from otel_ebpf.conntrack import table as table_module
 from otel_ebpf.conntrack.table import ConnTable
 from otel_ebpf.kernel import abi
 from otel_ebpf.protocols.base import Direction, Role
+from otel_ebpf.protocols.http1 import parse as http1_parse
 from otel_ebpf.protocols.registry import Registry
 from otel_ebpf.telemetry import Stats
 from tests.unit import span_traffic
@@ -238,7 +239,7 @@ def test_heads_then_bodies_give_what_the_pure_python_path_gives(monkeypatch, see
     def frames_and_spans(compiled: bool) -> list:
         with monkeypatch.context() as m:
             if not compiled:
-                m.setattr(_fast, "http1", None)
+                m.setattr(http1_parse, "compiled", None)
             registry = Registry.from_config(["http1", "llm", "vectordb"],
                                             {"http1": {"correlation_headers": ["x-request-id"]}})
             table = ConnTable(registry, Stats(), 64, 300 * 10**9)

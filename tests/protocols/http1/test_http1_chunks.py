@@ -3,7 +3,7 @@ against its reference, the steps that take a chunk's size line, data and CRLF on
 (parse._ONE_CHUNK_STEPS), and the tracker's step for a body piece (Connection._whole
 inside a message, PIECE_STEP) against its general path (Stream.add, _parse,
 _finish_pending), and the compiled body-piece step (otel_ebpf/_fast/conn.c piece with
-http1.c chunks, HTTP1Parser.piece) against both: the same spans over the recorded
+protocols/http1/_parse.c chunks, HTTP1Parser.piece) against both: the same spans over the recorded
 chat-completions stream, whole and cut into random syscalls, and over random chunked
 bodies (kept by the LLM layer or skipped) cut at random points, with bytes lost and size
 lines broken; and the compiled chunk walk against _chunks on the same parser state."""
@@ -20,7 +20,6 @@ from otel_ebpf.protocols.http1 import HTTP1Parser
 from otel_ebpf.protocols.http1 import parse as http1_parse
 
 from bench import stream_pipeline as sp
-from otel_ebpf import _fast
 from otel_ebpf.conntrack import connection
 from tests.unit.span_traffic import plain
 
@@ -55,7 +54,7 @@ def _spans(chunks, repeat: int, seed: int | None, mode: str) -> list:
 def _same(chunks, repeat: int, seed: int | None) -> list:
     want = _spans(chunks, repeat, seed, ONE_BY_ONE)
     assert _spans(chunks, repeat, seed, PYTHON) == want
-    if _fast.http1 is not None:
+    if http1_parse.compiled is not None:
         assert _spans(chunks, repeat, seed, COMPILED) == want
     return want
 
@@ -64,8 +63,8 @@ def test_the_parser_uses_it():
     assert http1_parse._BODY_STEPS[http1_parse.Body.CHUNKED] is http1_parse._chunks
     assert http1_parse._ONE_CHUNK_STEPS[http1_parse.Body.CHUNKED] is http1_parse._chunk
     assert connection.PIECE_STEP
-    if _fast.http1 is not None:
-        assert HTTP1Parser.piece is _fast.http1.chunks
+    if http1_parse.compiled is not None:
+        assert HTTP1Parser.piece is http1_parse.compiled.chunks
 
 
 @pytest.mark.parametrize("seed", [None, 1, 2, 3, 4, 5, 6, 7, 8])
@@ -105,7 +104,7 @@ def test_random_chunked_bodies(sizes, broken, ext, trailer, sse, seed):
 
 # --- the compiled chunk walk against _chunks, on the same parser state -------------------
 
-compiled_only = pytest.mark.skipif(_fast.http1 is None, reason="the compiled extensions")
+compiled_only = pytest.mark.skipif(http1_parse.compiled is None, reason="the compiled extensions")
 NS = 1_234_567
 
 
@@ -141,7 +140,7 @@ def _walks_agree(data: bytes, kept: bool, request: bool, limit: int, pieces: int
     ref, _ = _chunked_state(kept, request, limit, pieces)
     frame, ref_frame = ours.streams[direction].frame, ref.streams[direction].frame
     before = _fields(ours, direction, frame)
-    took = _fast.http1.chunks(direction, data, ours, NS)
+    took = http1_parse.compiled.chunks(direction, data, ours, NS)
     step = http1_parse._chunks(memoryview(data), ref.streams[direction], ref, direction)
     whole = bool(data) and step == (http1_parse.NEED, None, len(data)) and (
         ref.streams[direction].body is http1_parse.Body.CHUNKED)
@@ -225,13 +224,13 @@ def test_compiled_walk_declines_other_states():
     s = state.streams[direction]
     for body in (http1_parse.Body.READ_CHUNK, http1_parse.Body.TRAILERS, None):
         s.body = body
-        assert _fast.http1.chunks(direction, data, state, NS) is False
+        assert http1_parse.compiled.chunks(direction, data, state, NS) is False
     s.body = http1_parse.Body.CHUNKED
     state.tunnel = True
-    assert _fast.http1.chunks(direction, data, state, NS) is False
+    assert http1_parse.compiled.chunks(direction, data, state, NS) is False
     state.tunnel = False
-    assert _fast.http1.chunks(direction, bytearray(data), state, NS) is False
-    assert _fast.http1.chunks(direction, data, object(), NS) is False
+    assert http1_parse.compiled.chunks(direction, bytearray(data), state, NS) is False
+    assert http1_parse.compiled.chunks(direction, data, object(), NS) is False
     assert s.frame.chunks == 0 and s.frame.body.pieces == []
-    assert _fast.http1.chunks(direction, data, state, NS) is True
+    assert http1_parse.compiled.chunks(direction, data, state, NS) is True
     assert s.frame.chunks == 1 and s.frame.body.pieces[0].data == data[3:13]

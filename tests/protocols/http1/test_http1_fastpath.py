@@ -1,4 +1,4 @@
-"""The compiled head parser (otel_ebpf/_fast/http1.c) against llhttp, the reference: on the
+"""The compiled head parser (protocols/http1/_parse.c) against llhttp, the reference: on the
 same bytes, the same step, frame and parser state, and over whole connections the same
 spans. Heads come from a grammar that reaches both sides of every line the C code draws
 (methods, targets, versions, names, values, blanks, line ends), then random mutations."""
@@ -136,7 +136,7 @@ def mutated(draw, request: bool) -> bytes:
 def _states(role: Role):
     """The same connection twice: one parsed with the compiled heads, one with llhttp."""
     fast, slow = parser.new_state(conn_info(role)), parser.new_state(conn_info(role))
-    assert fast.fast_kept is not None, "otel_ebpf._fast.http1 is not built (make install)"
+    assert fast.fast_kept is not None, "http1._parse is not built (make install)"
     slow.fast_kept = None
     return fast, slow
 
@@ -158,7 +158,7 @@ def _same_step(data: bytes, direction: Direction, role: Role, prime_request: boo
     assert got == want, (data, got, want)
     assert _state_view(fast) == _state_view(slow), data
     kept = http1_parse._fast_kept(fast.carrier_names)
-    return _fast.http1.head(data, direction == fast.requests, kept, True) is not None
+    return http1_parse.compiled.head(data, direction == fast.requests, kept, True) is not None
 
 
 @fuzz
@@ -210,10 +210,11 @@ def test_chunked_heads_take_the_compiled_path_only_where_asked():
     assert _same_step(request, Direction.EGRESS, Role.CLIENT, prime_request=False)
     fast, _ = _states(Role.CLIENT)
     kept = http1_parse._fast_kept(fast.carrier_names)
-    got = _fast.http1.head(response, False, kept, True)
-    assert got is not None and got[-1] == _fast.http1.CHUNKED
-    assert _fast.http1.head(response, False, kept) is None
-    assert _fast.http1.head(response.replace(b"HTTP/1.1", b"HTTP/1.0"), False, kept, True) is None
+    got = http1_parse.compiled.head(response, False, kept, True)
+    assert got is not None and got[-1] == http1_parse.compiled.CHUNKED
+    assert http1_parse.compiled.head(response, False, kept) is None
+    http10 = response.replace(b"HTTP/1.1", b"HTTP/1.0")
+    assert http1_parse.compiled.head(http10, False, kept, True) is None
     parser.parse(Direction.EGRESS, memoryview(b"GET / HTTP/1.1\r\n\r\n"), fast)
     assert http1_parse.whole(Direction.INGRESS, response, fast, 0, 1, 2, None, 1, 0) is None
 
@@ -255,7 +256,7 @@ def _traffic(exchanges: list[tuple[bytes, bytes]], splits: list[int]) -> list:
 def _spans(events: list, monkeypatch, compiled: bool) -> list:
     with monkeypatch.context() as m:
         if not compiled:
-            m.setattr(_fast, "http1", None)
+            m.setattr(http1_parse, "compiled", None)
         registry = Registry.from_config(["http1", "http2"], {"http1": {"correlation_headers": ["x-request-id"]}})
         table = ConnTable(registry, Stats(), 1024, 300 * 10**9)
         spans = []

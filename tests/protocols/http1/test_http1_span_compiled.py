@@ -1,4 +1,4 @@
-"""The compiled HTTP/1 span step (otel_ebpf/_fast/http1.c span) against its reference,
+"""The compiled HTTP/1 span step (protocols/http1/_parse.c span) against its reference,
 spans.to_spans: on drawn records, the same span field for field and the same attributes
 in the same order, or None exactly where the reference's uncommon cases begin."""
 
@@ -10,13 +10,13 @@ import random
 import pytest
 from otel_ebpf.protocols.base import ConnInfo, Role
 from otel_ebpf.protocols.http1 import HTTP1Parser
+from otel_ebpf.protocols.http1 import parse as http1_parse
 from otel_ebpf.protocols.http1 import spans as http1_spans
 from otel_ebpf.protocols.http1.parse import HTTPRequest, HTTPResponse
 from otel_ebpf.protocols.http1.stitch import HTTPRecord
 
-from otel_ebpf import _fast
 
-pytestmark = pytest.mark.skipif(_fast.http1 is None, reason="otel_ebpf._fast is not built")
+pytestmark = pytest.mark.skipif(http1_parse.compiled is None, reason="http1._parse is not built")
 
 METHODS = ["GET", "POST", "HEAD", "DELETE", "PROPFIND", "get"]
 TARGETS = ["/", "/a", "/a/b?x=1", "/p?", "/q?sig=abc&x=2&AWSAccessKeyId=k", "/s?token=t",
@@ -61,7 +61,7 @@ def _fields(span) -> list:  # noqa: ANN001
 
 
 def test_compiled_span_is_the_reference():
-    fast = _fast.http1
+    fast = http1_parse.compiled
     http1_spans.compiled_setup(fast)
     rng = random.Random(18)
     taken = 0
@@ -89,7 +89,7 @@ def test_parser_uses_it_and_falls_back():
 
 
 def test_other_objects_take_the_python_path():
-    fast = _fast.http1
+    fast = http1_parse.compiled
     http1_spans.compiled_setup(fast)
     record, conn = _draw(random.Random(1))
 

@@ -1,4 +1,4 @@
-"""The one-call step for a whole syscall (otel_ebpf/_fast/http1.c whole) against its
+"""The one-call step for a whole syscall (protocols/http1/_parse.c whole) against its
 reference (protocols/http1/parse.py whole) and against the general path it stands for
 (the parser's parse, then the tracker's stamping, as Connection._whole does): on the same
 bytes and the same parser state, the same frame, field for field and of the same type,
@@ -72,7 +72,7 @@ def _compare(parser, role: Role, direction: Direction, data: bytes, primes: list
         for prime in primes:  # requests seen before, on the other direction
             parser.parse(direction.opposite, memoryview(prime), state)
     before = _state_view(states[0])
-    compiled = http1_parse.compiled_whole(_fast.http1)(direction, data, states[0], *stamp)
+    compiled = http1_parse.compiled_whole(http1_parse.compiled)(direction, data, states[0], *stamp)
     reference = http1_parse.whole(direction, data, states[1], *stamp)
     general = _general(parser, direction, data, states[2], stamp)
     if reference is None:

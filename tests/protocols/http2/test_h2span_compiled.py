@@ -1,4 +1,4 @@
-"""The compiled pairing and gRPC span (otel_ebpf/_fast/h2span.c pair and span) against
+"""The compiled pairing and gRPC span (protocols/http2/_stitch.c pair and span) against
 their references (protocols/http2/stitch.py pair, spans.py to_spans): drawn requests and
 responses (timing leads in and out of their epoch, sequence numbers near the 32-bit wrap,
 resets, refusals, stale requests, a closed connection, a small stream table, orphans) paired
@@ -26,7 +26,6 @@ from otel_ebpf.protocols.http2.parse import H2Request, H2Response, HTTP2State, _
 from otel_ebpf.protocols.testing import conn_info
 
 from bench import stream_pipeline as sp
-from otel_ebpf import _fast
 from tests.unit.span_traffic import plain
 
 from .test_http2_compiled import _plain
@@ -34,7 +33,7 @@ from .test_http2_fuzz import FRAGMENTS
 from .wire import PREFACE
 from .wire import settings as settings_frame
 
-pytestmark = pytest.mark.skipif(_fast.h2span is None, reason="no compiled HTTP/2 pairing")
+pytestmark = pytest.mark.skipif(h2stitch.compiled is None, reason="no compiled HTTP/2 pairing")
 fuzz = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 ints = st.integers(0, 2**40)
@@ -103,7 +102,7 @@ def test_pairing_alike(case):
     with pytest.MonkeyPatch.context() as m:
         m.setattr(h2stitch, "COMPILED", False)
         expected = h2stitch.pair(*twin[:2], now_ns, twin[2], timeout_ns)
-    got = h2stitch._fast_pair(requests, responses, now_ns, state, timeout_ns)
+    got = h2stitch.compiled.pair(requests, responses, now_ns, state, timeout_ns)
     assert got is not None
     assert [_plain(r) for r in got] == [_plain(r) for r in expected]
     assert requests == responses == twin[0] == twin[1] == []
@@ -113,8 +112,8 @@ def test_pairing_alike(case):
 def test_pairing_leaves_what_it_cannot_read_to_the_reference():
     state = HTTP2State(conn_info(Role.CLIENT))
     request = H2Request(stream_id=1, stream_pos=2**70)  # past 64 bits
-    assert h2stitch._fast_pair([request], [], 0, state, 10) is None
-    assert h2stitch._fast_pair([object()], [], 0, state, 10) is None
+    assert h2stitch.compiled.pair([request], [], 0, state, 10) is None
+    assert h2stitch.compiled.pair([object()], [], 0, state, 10) is None
     assert not state.waiting
 
 
@@ -150,7 +149,7 @@ CONNS = [conn_info(Role.CLIENT), conn_info(Role.SERVER), conn_info(Role.SERVER, 
 def test_grpc_spans_alike(batch):
     for record, conn in batch:
         twin = copy.deepcopy(record)
-        got = h2spans._fast_span(record, conn)
+        got = h2stitch.compiled.span(record, conn)
         with pytest.MonkeyPatch.context() as m:
             m.setattr(h2spans, "COMPILED", False)
             expected = h2spans.to_spans(twin, conn)
@@ -168,7 +167,7 @@ def test_the_usual_calls_take_the_compiled_span():
                             start_ns=rng.randrange(100), end_ns=200)
         response = H2Response(stream_id=1, grpc_status=rng.choice([0, 2, 14]), ended=True,
                               end_ns=300)
-        span = h2spans._fast_span(h2stitch.H2Record(request=request, response=response,
+        span = h2stitch.compiled.span(h2stitch.H2Record(request=request, response=response,
                                                     end_ns=300), CONNS[rng.randrange(3)])
         taken += span is not None
     assert taken == 200
@@ -214,5 +213,5 @@ def test_waiting_order_kept():
     state = HTTP2State(conn_info(Role.CLIENT))
     assert isinstance(state.waiting, OrderedDict)
     requests = SmallDeque(H2Request(stream_id=i) for i in (5, 1, 3))
-    h2stitch._fast_pair(requests, SmallDeque([H2Response(stream_id=1)]), 0, state, 10**9)
+    h2stitch.compiled.pair(requests, SmallDeque([H2Response(stream_id=1)]), 0, state, 10**9)
     assert list(state.waiting) == [5, 3]

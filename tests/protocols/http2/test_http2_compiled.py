@@ -1,4 +1,4 @@
-"""The compiled frame loop (otel_ebpf/_fast/h2.c parse) against its reference
+"""The compiled frame loop (protocols/http2/_parse.c parse) against its reference
 (protocols/http2/parse.py parse): on the same bytes cut into the same syscalls, every call
 gives the same result, the same frame field for field and the same consumed count, and
 leaves the connection's state the same (each side's counts and marks, the open streams and
@@ -27,7 +27,7 @@ from .test_http2_fuzz import FRAGMENTS
 from .wire import PREFACE
 from .wire import settings as settings_frame
 
-pytestmark = pytest.mark.skipif(_fast.h2 is None, reason="no compiled HTTP/2 frame loop")
+pytestmark = pytest.mark.skipif(h2parse.compiled is None, reason="no compiled HTTP/2 frame loop")
 fuzz = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -165,7 +165,7 @@ def test_random_frames_cut_anywhere_parse_alike(make_conn, role, events, seed):
 @pytest.mark.parametrize("reference", ["frame loop", "syscall step", "both"])
 @pytest.mark.parametrize("seed", [None, 4])
 def test_recorded_spans_alike_through_the_agents_path(monkeypatch, seed, reference):
-    """The frame loop (h2.c) and the connection's syscall step (conn.c stream_step), each
+    """The frame loop (_parse.c) and the connection's syscall step (conn.c stream_step), each
     and both against their Python references, on the recording whole and cut with losses."""
     chunks = sp.recording("grpc")
 

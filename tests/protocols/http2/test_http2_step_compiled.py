@@ -22,6 +22,7 @@ from otel_ebpf import _fast
 from otel_ebpf.conntrack import connection, table
 from otel_ebpf.conntrack.table import ConnTable
 from otel_ebpf.kernel import abi
+from otel_ebpf.protocols.http2 import parse as h2parse
 from otel_ebpf.protocols.registry import Registry
 from otel_ebpf.telemetry import Stats
 
@@ -30,7 +31,7 @@ from .test_http2_fuzz import FRAGMENTS
 from .wire import PREFACE
 from .wire import settings as settings_frame
 
-pytestmark = pytest.mark.skipif(_fast.conn is None or _fast.h2 is None,
+pytestmark = pytest.mark.skipif(_fast.conn is None or h2parse.compiled is None,
                                 reason="no compiled HTTP/2 step")
 fuzz = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -1,4 +1,4 @@
-"""The compiled SSE splitter (otel_ebpf/_fast/sse.c) against the Python reference
+"""The compiled SSE splitter (protocols/llm/_stream.c) against the Python reference
 (stream._sse_whole_pieces_python): the same events, first piece not read and offset, for
 the recorded chat stream and for random bodies cut into random pieces."""
 
@@ -14,10 +14,8 @@ from hypothesis import strategies as st
 from otel_ebpf.protocols.layers import Body, BodyPiece
 from otel_ebpf.protocols.llm import stream
 
-from otel_ebpf import _fast
-
 RECORDING = Path(__file__).parents[3] / "bench/data/sse_chat.json.gz"
-pytestmark = pytest.mark.skipif(_fast.sse is None, reason="built without the C extensions "
+pytestmark = pytest.mark.skipif(stream.compiled is None, reason="built without the C extensions "
                                 "(or OTEL_EBPF_PURE_PYTHON=1): only the reference runs")
 
 
@@ -34,23 +32,31 @@ def body_of(pieces: list[bytes], gap_at: int | None = None) -> Body:
 
 def same(body: Body) -> None:
     want = stream._sse_whole_pieces_python(body)
-    got = _fast.sse.whole_pieces(body.pieces)
+    got = stream.compiled.whole_pieces(body.pieces)
     assert got == want
     assert [type(e) for e in got[0]] == [type(e) for e in want[0]]
     assert stream.decode_sse(body) == stream.Decoded(*_decode_python(body))
 
 
 def _decode_python(body: Body) -> tuple[list, int]:
-    saved, stream._WHOLE = stream._WHOLE, None
-    try:
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(stream, "compiled", None)
         decoded = stream.decode_sse(body)
-    finally:
-        stream._WHOLE = saved
     return decoded.events, decoded.dropped
 
 
-def test_the_agent_uses_it() -> None:
-    assert stream._WHOLE is _fast.sse.whole_pieces
+def test_the_agent_uses_it(monkeypatch) -> None:
+    calls = []
+    real = stream.compiled
+
+    class Spy:
+        def __getattr__(self, name: str):  # noqa: ANN204
+            calls.append(name)
+            return getattr(real, name)
+
+    monkeypatch.setattr(stream, "compiled", Spy())
+    stream.decode_sse(body_of([b"data: a\n\n"]))
+    assert calls == ["whole_pieces"]
 
 
 def test_recorded_stream() -> None:

@@ -1,4 +1,4 @@
-"""The compiled OpenAI chunk reader (otel_ebpf/_fast/sse.c `openai_events`, reached through
+"""The compiled OpenAI chunk reader (protocols/llm/_stream.c `openai_events`, reached through
 events.read_sse) against the Python reference, `read_events(decode_sse(body))` with the
 Python SSE splitter: the same ResponseInfo, field for field, from the recorded chat stream
 (whole, a piece per chunk, gaps, random cuts) and from chunks whose JSON crosses every line
@@ -19,22 +19,18 @@ from otel_ebpf.protocols.llm import events, stream
 from otel_ebpf.protocols.llm.endpoints import Endpoints
 from otel_ebpf.protocols.llm.response import ResponseInfo
 
-from otel_ebpf import _fast
-
 from .test_sse_compiled import RECORDING, body_of
 
-pytestmark = pytest.mark.skipif(_fast.sse is None, reason="built without the C extensions "
+pytestmark = pytest.mark.skipif(stream.compiled is None, reason="built without the C extensions "
                                 "(or OTEL_EBPF_PURE_PYTHON=1): only the reference runs")
 CHAT = Endpoints(()).route("POST", "/v1/chat/completions")
 COMPLETIONS = Endpoints(()).route("POST", "/v1/completions")
 
 
 def _reference(body: Body, route, info: ResponseInfo) -> None:
-    saved, stream._WHOLE = stream._WHOLE, None  # the Python splitter too
-    try:
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(stream, "compiled", None)  # the Python splitter too
         events.read_events(stream.decode_sse(body), route, info)
-    finally:
-        stream._WHOLE = saved
 
 
 def fields(info: ResponseInfo) -> dict:
@@ -52,8 +48,23 @@ def same(body: Body, route=CHAT, start=ResponseInfo) -> ResponseInfo:
     return got
 
 
-def test_the_agent_uses_it() -> None:
-    assert events._OPENAI_EVENTS is _fast.sse.openai_events
+def test_the_agent_uses_it(monkeypatch) -> None:
+    body, info = body_of([b'data: {"choices": []}\n\n']), ResponseInfo()
+    calls = []
+    monkeypatch.setattr(stream, "compiled", _Spy(stream.compiled, calls))
+    events.read_sse(body, CHAT, info)
+    assert calls == ["openai_events"]
+
+
+class _Spy:
+    """The compiled module, with the names of the functions called on it recorded."""
+
+    def __init__(self, module, calls: list) -> None:
+        self.module, self.calls = module, calls
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        self.calls.append(name)
+        return getattr(self.module, name)
 
 
 def recorded_streams() -> list[list[bytes]]:

@@ -1,4 +1,4 @@
-"""The compiled RTPS datagram reader (otel_ebpf/_fast/rtps.c) against the Python reference
+"""The compiled RTPS datagram reader (protocols/rtps/_parse.c) against the Python reference
 (parse.parse_python): equal messages, submessage for submessage, for the recorded datagrams
 and for random, cut and hand-built ones."""
 
@@ -12,17 +12,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from otel_ebpf.protocols.rtps import parse as P
 
-from otel_ebpf import _fast
-
 from .test_rtps_fuzz import DATAGRAMS, datagram
 
 FIXTURES = Path(__file__).parent / "fixtures"
-pytestmark = pytest.mark.skipif(_fast.rtps is None, reason="built without the C extensions "
+pytestmark = pytest.mark.skipif(P.compiled is None, reason="built without the C extensions "
                                 "(or OTEL_EBPF_PURE_PYTHON=1): only the reference runs")
 
 
 def same(data: bytes | memoryview) -> None:
-    want, got = P.parse_python(data), _fast.rtps.parse(data)
+    want, got = P.parse_python(data), P.compiled.parse(data)
     assert got == want
     if want is not None:  # equal and of the same classes, field for field
         assert [type(s) for s in got.submessages] == [type(s) for s in want.submessages]
@@ -31,7 +29,7 @@ def same(data: bytes | memoryview) -> None:
 
 
 def test_the_agent_uses_it() -> None:
-    assert P.parse is _fast.rtps.parse
+    assert P.parse is P.compiled.parse
 
 
 @pytest.mark.parametrize("name", ["pubsub", "big", "service"])

@@ -528,7 +528,7 @@ done:
 	return result;
 }
 
-static PyMethodDef h2span_methods[] = {
+static PyMethodDef stitch_methods[] = {
 	{"setup_pair", setup_pair, METH_VARARGS,
 	 "setup_pair(H2Request, H2Response, HTTP2State, new_record, expire)"},
 	{"setup_span", setup_span, METH_VARARGS,
@@ -541,12 +541,12 @@ static PyMethodDef h2span_methods[] = {
 	 "span(record, conn) -> NeutralSpan or None"},
 	{NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef h2span_module = {
-	PyModuleDef_HEAD_INIT, "h2span",
+static struct PyModuleDef stitch_module = {
+	PyModuleDef_HEAD_INIT, "otel_ebpf.protocols.http2._stitch",
 	"HTTP/2 streams paired and gRPC calls' spans (protocols/http2 stitch and spans)", -1,
-	h2span_methods};
+	stitch_methods};
 
-PyMODINIT_FUNC PyInit_h2span(void)
+PyMODINIT_FUNC PyInit__stitch(void)
 {
-	return PyModule_Create(&h2span_module);
+	return PyModule_Create(&stitch_module);
 }

@@ -871,10 +871,10 @@ static PyMethodDef methods[] = {
 	{NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "sse",
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "otel_ebpf.protocols.llm._stream",
 				    "SSE bodies into events (protocols/llm/stream.py)", -1, methods};
 
-PyMODINIT_FUNC PyInit_sse(void)
+PyMODINIT_FUNC PyInit__stream(void)
 {
 	empty_name = PyUnicode_InternFromString("");
 	s_offset = PyUnicode_InternFromString("offset");

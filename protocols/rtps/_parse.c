@@ -690,11 +690,11 @@ static PyMethodDef methods[] = {
 	{NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "rtps",
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "otel_ebpf.protocols.rtps._parse",
 				    "RTPS datagrams into submessages (protocols/rtps/parse.py)",
 				    -1, methods};
 
-PyMODINIT_FUNC PyInit_rtps(void)
+PyMODINIT_FUNC PyInit__parse(void)
 {
 	decoders[DATA] = dec_data;
 	decoders[DATA_FRAG] = dec_data_frag;

@@ -934,11 +934,11 @@ static PyMethodDef h2_methods[] = {
 };
 
 static struct PyModuleDef h2_module = {
-	PyModuleDef_HEAD_INIT, "otel_ebpf._fast.h2",
+	PyModuleDef_HEAD_INIT, "otel_ebpf.protocols.http2._parse",
 	"HTTP/2's frame loop in C; protocols/http2/parse.py is the reference.", -1, h2_methods,
 };
 
-PyMODINIT_FUNC PyInit_h2(void)
+PyMODINIT_FUNC PyInit__parse(void)
 {
 	return PyModule_Create(&h2_module);
 }

@@ -1188,12 +1188,12 @@ static PyMethodDef http1_methods[] = {
 };
 
 static struct PyModuleDef http1_module = {
-	PyModuleDef_HEAD_INIT, "otel_ebpf._fast.http1",
+	PyModuleDef_HEAD_INIT, "otel_ebpf.protocols.http1._parse",
 	"HTTP/1 heads on the common path, in C; protocols/http1/parse.py is the reference.", -1,
 	http1_methods,
 };
 
-PyMODINIT_FUNC PyInit_http1(void)
+PyMODINIT_FUNC PyInit__parse(void)
 {
 	init_tables();
 	for (size_t i = 0; i < N_METHODS; i++)
