@@ -1,6 +1,7 @@
-"""The agent's C extensions (otel_ebpf/_fast/*.c, as setup.py lists them) built again with
-clang under AddressSanitizer and UndefinedBehaviorSanitizer, into a directory of their own
-(build/asan/otel_ebpf/_fast/*.so by default), never over the in-place .so files the agent
+"""The agent's C extensions (otel_ebpf/_fast/*.c and protocols/*/_*.c, as setup.py lists
+them) built again with clang under AddressSanitizer and UndefinedBehaviorSanitizer, into a
+directory of their own
+(build/asan/otel_ebpf/**/*.so by default), never over the in-place .so files the agent
 and `make test` load; plus bench/fuzz/strictbuf.c, the fuzz targets' exact-size buffer.
 
     python -m bench.fuzz.asan_build [--out build/asan] [--force]

@@ -1,6 +1,7 @@
-"""Fuzz targets for every C entry point of otel_ebpf/_fast that reads bytes a peer chooses,
-run against the sanitizer build (bench/fuzz/asan_build.py) and, where the C code has one,
-against its Python reference: a sanitizer report, a crash, an exception or a difference
+"""Fuzz targets for every C entry point of the agent (otel_ebpf/_fast/*.c and the protocols'
+accelerators, protocols/*/_*.c) that reads bytes a peer chooses, run against the sanitizer
+build (bench/fuzz/asan_build.py) and, where the C code has one, against its Python
+reference: a sanitizer report, a crash, an exception or a difference
 from the reference is a failure.
 
 This module is the process that fuzzes or replays one target; bench/fuzz/sanitize.py
@@ -11,10 +12,11 @@ says (`make fuzz`, tests/fuzz/test_sanitized_c.py). By hand:
     python -m bench.fuzz.sanitized replay TARGET FILE...
     python -m bench.fuzz.sanitized list
 
-With $FUZZ_ASAN_DIR set (sanitize.py sets it) the modules otel_ebpf._fast.* and strictbuf
-are loaded from that directory, ahead of the in-place ones, and checked to be from there;
-without it this refuses to run unless FUZZ_UNSANITIZED=1 (the in-place build: for trying a
-target quickly, finds reference mismatches but no memory errors).
+With $FUZZ_ASAN_DIR set (sanitize.py sets it) the extension modules (otel_ebpf._fast.* and
+the protocols' accelerators, otel_ebpf.protocols.*._*) and strictbuf are loaded from that
+directory, ahead of the in-place ones, and checked to be from there; without it this
+refuses to run unless FUZZ_UNSANITIZED=1 (the in-place build: for trying a target quickly,
+finds reference mismatches but no memory errors).
 """
 
 from __future__ import annotations
@@ -29,18 +31,16 @@ import sysconfig
 from collections.abc import Callable
 from pathlib import Path
 
-MODULES = ("ring", "http1", "conn", "otlp", "rtps", "sse", "maker", "h2", "correlate",
-           "h2span", "table")
-
-
 class _SanitizedFinder:
-    """otel_ebpf._fast.<name> and strictbuf from the sanitizer build's directory."""
+    """Every extension module of otel_ebpf (the core's otel_ebpf._fast.<name> and each
+    protocol's accelerator, otel_ebpf.protocols.<folder>._<name>) and strictbuf from the
+    sanitizer build's directory, where it has them."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
 
     def find_spec(self, name: str, path=None, target=None):  # noqa: ANN001, ANN201
-        if not (name.startswith("otel_ebpf._fast.") or name == "strictbuf"):
+        if not (name.startswith("otel_ebpf.") or name == "strictbuf"):
             return None
         parts = name.split(".")
         f = self.root.joinpath(*parts[:-1], parts[-1] + sysconfig.get_config_var("EXT_SUFFIX"))
@@ -121,13 +121,15 @@ with _instrumented:
 
 if _fast.PURE_PYTHON:
     sys.exit("bench.fuzz.sanitized: OTEL_EBPF_PURE_PYTHON is set: no C code to fuzz")
-for _name in MODULES:
-    _mod = getattr(_fast, _name)
-    if _mod is None:
-        sys.exit(f"bench.fuzz.sanitized: otel_ebpf._fast.{_name} did not load")
+for _name in [f"otel_ebpf._fast.{m}" for m in _fast.MODULES] + [
+        name for name, _ in _fast.accelerators()]:
+    try:
+        _mod = importlib.import_module(_name)
+    except ImportError as _e:
+        sys.exit(f"bench.fuzz.sanitized: {_name} did not load: {_e}")
     if ASAN_DIR is not None and not Path(_mod.__file__).resolve().is_relative_to(ASAN_DIR):
-        sys.exit(f"bench.fuzz.sanitized: otel_ebpf._fast.{_name} came from "
-                 f"{_mod.__file__}, not the sanitizer build in {ASAN_DIR}")
+        sys.exit(f"bench.fuzz.sanitized: {_name} came from {_mod.__file__}, not the "
+                 f"sanitizer build in {ASAN_DIR}")
 
 if ASAN_DIR is not None:
     from strictbuf import StrictBuffer  # noqa: E402
@@ -196,7 +198,7 @@ def _ring(data: bytes) -> None:
             assert [type(x) for x in g] == [type(x) for x in w]
 
 
-# --- http1: heads (http1.c head), whole messages (whole), chunked bodies (chunks) --------
+# --- http1: heads (http1/_parse.c head), whole messages (whole), chunked bodies (chunks) --------
 
 def _h1_head_seeds() -> list[bytes]:
     out = []
@@ -221,10 +223,10 @@ def _http1_head(data: bytes) -> None:
     h1_fast._same_step(body, direction, role, prime_request=bool(flags & 2) and not request)
     kept = http1_parse._fast_kept(h1_fast.parser.new_state(conn_info(role)).carrier_names)
     for chunked in (False, True):
-        want = _fast.http1.head(body, request, kept, chunked)
+        want = http1_parse.compiled.head(body, request, kept, chunked)
         if guarded("http1-head-after-release") and want is not None:
             continue  # head() reads the target after releasing the buffer: known
-        got = _fast.http1.head(StrictBuffer(body), request, kept, chunked)
+        got = http1_parse.compiled.head(StrictBuffer(body), request, kept, chunked)
         assert got == want, (body, got, want)
 
 
@@ -234,7 +236,7 @@ STAMPS = [(0, 1_000, 2_000, 77, 9, 0), (2**40, 2**62, 2**62 + 5, None, 2**31, 2*
 
 def _http1_whole(data: bytes) -> None:
     """Byte 0: bit 0 request, bit 1 server end, bit 2 layers (LLM, vector DB), bits 3-4 the
-    stamp, bits 5-7 requests seen before; the rest one syscall: http1.c whole (through
+    stamp, bits 5-7 requests seen before; the rest one syscall: http1/_parse.c whole (through
     parse.compiled_whole) against parse.py whole and the general path
     (tests/protocols/http1/test_http1_whole.py _compare)."""
     if not data:
@@ -260,7 +262,7 @@ def _h1_chunk_seeds() -> list[bytes]:
 
 def _http1_chunks(data: bytes) -> None:
     """Byte 0: bit 0 body kept, bit 1 request; byte 1 the body limit; byte 2 earlier pieces;
-    the rest one syscall inside a chunked body: http1.c chunks against parse.py _chunks on
+    the rest one syscall inside a chunked body: http1/_parse.c chunks against parse.py _chunks on
     the same state (tests/protocols/http1/test_http1_chunks.py _walks_agree)."""
     if len(data) < 3:
         return
@@ -308,7 +310,7 @@ def _pieces_of(data: bytes) -> tuple[list[bytes], int | None, int]:
 
 
 def _sse(data: bytes) -> None:
-    """An SSE body cut into pieces: sse.c whole_pieces against stream.py's Python splitter
+    """An SSE body cut into pieces: llm/_stream.c whole_pieces against stream.py's Python splitter
     (tests/protocols/llm/test_sse_compiled.py same), events, offsets and decode_sse."""
     if len(data) < 2:
         return
@@ -318,7 +320,7 @@ def _sse(data: bytes) -> None:
 
 def _sse_openai(data: bytes) -> None:
     """The same bodies read as an OpenAI chat (or completions, byte 0 bit 7) stream:
-    sse.c openai_events into a ResponseInfo against read_events on the Python splitter
+    llm/_stream.c openai_events into a ResponseInfo against read_events on the Python splitter
     (tests/protocols/llm/test_sse_openai_compiled.py same), field for field."""
     if len(data) < 2:
         return
@@ -327,7 +329,7 @@ def _sse_openai(data: bytes) -> None:
     openai_tests.same(sse_tests.body_of(pieces, gap), route)
 
 
-# --- HTTP/2: the frame loop and header blocks (h2.c parse), h2span pair and span --------
+# --- HTTP/2: the frame loop and header blocks (http2/_parse.c parse), h2span pair and span --------
 
 def _h2_pieces() -> list[bytes]:
     recorded = [d for _, d in sp.recording("grpc")[:80]]
@@ -339,7 +341,7 @@ H2_PIECES: list[bytes] = []
 
 def _http2_frames(data: bytes) -> None:
     """Syscalls both ways on one connection (role, then direction and bytes: a recorded or
-    hand-made frame, whole or cut, or raw), each fed to h2.c parse and to parse.py parse
+    hand-made frame, whole or cut, or raw), each fed to http2/_parse.c parse and to parse.py parse
     on states of their own, the bytes held as the tracker holds them: every call's result,
     frame, consumed count and the whole state (HPACK tables included) alike
     (tests/protocols/http2/test_http2_compiled.py _Ends). Each direction's bytes are a
@@ -377,7 +379,7 @@ def _hypothesis_seeds() -> list[bytes]:
     return [random.Random(i).randbytes(2048 + 512 * (i % 4)) for i in range(12)]
 
 
-# --- RTPS: a datagram (rtps.c parse) ----------------------------------------------------
+# --- RTPS: a datagram (rtps/_parse.c parse) ----------------------------------------------------
 
 def _rtps_seeds() -> list[bytes]:
     import json
@@ -414,7 +416,7 @@ def _number_set_overflows(data: bytes) -> bool:
 
 
 def _steer_rtps() -> None:
-    """While the number_set overflow is open, the targets that reach rtps.c through the
+    """While the number_set overflow is open, the targets that reach rtps/_parse.c through the
     tracker (rtps_sockets, table) take the Python reference for a datagram that may hold
     it; every other datagram still goes to C."""
     if not guarded("rtps-number-set-overflow"):
@@ -430,7 +432,7 @@ def _steer_rtps() -> None:
 
 
 def _rtps(data: bytes) -> None:
-    """One datagram: rtps.c parse (on bytes, a memoryview and a StrictBuffer) against
+    """One datagram: rtps/_parse.c parse (on bytes, a memoryview and a StrictBuffer) against
     parse.py parse_python, submessage for submessage
     (tests/protocols/rtps/test_rtps_compiled.py same)."""
     if guarded("rtps-number-set-overflow") and _number_set_overflows(data):
@@ -438,7 +440,7 @@ def _rtps(data: bytes) -> None:
     rtps_tests.same(data)
     rtps_tests.same(memoryview(data))
     want = rtps_parse.parse_python(data)
-    assert _fast.rtps.parse(StrictBuffer(data)) == want
+    assert rtps_parse.compiled.parse(StrictBuffer(data)) == want
 
 
 # --- OTLP: span writing (otlp.c span, span_json, spans, spans_json) ---------------------
@@ -714,8 +716,8 @@ def _table_run(events: list, cuts: list[int], compiled: bool) -> tuple[list, lis
 
 def _table(data: bytes) -> None:
     """A poll's events in batches through ConnTable.handle twice: with the compiled loop
-    (table.c data_run, and conn.c data as its step, http1.c whole and h2.c behind it) and
-    with the reference loop: the same spans, frames, LRU order, threads' last reads,
+    (table.c data_run, and conn.c data as its step, http1/_parse.c whole and http2/_parse.c
+    behind it) and with the reference loop: the same spans, frames, LRU order, threads' last reads,
     connections to mute and counts (tests/unit/test_table_compiled.py)."""
     fdp = atheris.FuzzedDataProvider(data)
     small = fdp.ConsumeBool()
@@ -758,44 +760,45 @@ TARGETS: dict[str, tuple[Callable[[], Callable[[bytes], None]], Callable[[], lis
              "ring.c decode: data (with peer, tail, wide, TLS), close, task records built in "
              "C, the rest handed back; against abi.decode"),
     "http1_head": (lambda: _http1_head, _h1_head_seeds,
-                   "http1.c head: request and status lines, headers, Content-Length, chunked; "
-                   "against llhttp; StrictBuffer (exact size, freed on release)"),
+                   "http1/_parse.c head: request and status lines, headers, Content-Length, "
+                   "chunked; against llhttp; StrictBuffer (exact size, freed on release)"),
     "http1_whole": (lambda: _http1_whole, _h1_head_seeds,
-                    "http1.c whole: one syscall one message, HTTP1State bookkeeping; against "
-                    "parse.py whole and the general path"),
+                    "http1/_parse.c whole: one syscall one message, HTTP1State bookkeeping; "
+                    "against parse.py whole and the general path"),
     "http1_chunks": (lambda: _http1_chunks, _h1_chunk_seeds,
-                     "http1.c chunks: the chunked body walk (sizes, extensions, trailers, "
+                     "http1/_parse.c chunks: the chunked body walk (sizes, extensions, trailers, "
                      "kept pieces, limits); against parse.py _chunks"),
     "http1_conn": (lambda: _old(lambda old: old._http1_differential(_h1_pieces())), _random_seeds,
-                   "conn.c data + http1.c whole/chunks/span through the connection "
+                   "conn.c data + http1/_parse.c whole/chunks/span through the connection "
                    "tracker, scripts of syscalls both ways; against llhttp and on_data"),
     "sse": (lambda: _sse, _sse_seeds,
-            "sse.c whole_pieces: SSE events of pieces, gaps; against stream.py"),
+            "llm/_stream.c whole_pieces: SSE events of pieces, gaps; against stream.py"),
     "sse_openai": (lambda: _sse_openai, _sse_seeds,
-                   "sse.c openai_events: OpenAI chat/completions chunk JSON into ResponseInfo; "
-                   "against events.read_events"),
+                   "llm/_stream.c openai_events: OpenAI chat/completions chunk JSON into "
+                   "ResponseInfo; against events.read_events"),
     "llm_openai": (lambda: _old(lambda old: old._llm_openai(old._openai_pieces(old._json_bits()))),
                    _random_seeds,
-                   "sse.c openai_events + http1.c chunks inside HTTP/1 streams through the "
-                   "LLM layer; spans against the Python chunk reader"),
+                   "llm/_stream.c openai_events + http1/_parse.c chunks inside HTTP/1 streams "
+                   "through the LLM layer; spans against the Python chunk reader"),
     "http2_frames": (lambda: _http2_frames, _random_seeds,
-                     "h2.c parse: frames, padding, priority, CONTINUATION, SETTINGS, gRPC "
-                     "DATA, the reused-block HPACK answers; against parse.py, whole state"),
+                     "http2/_parse.c parse: frames, padding, priority, CONTINUATION, SETTINGS, "
+                     "gRPC DATA, the reused-block HPACK answers; against parse.py, whole state"),
     "http2_conn": (lambda: _old(lambda old: old._http2_differential(old.http2_fragments())), _random_seeds,
-                   "h2.c + conn.c stream step + h2span.c pair/span through the tracker; "
-                   "records, spans, counters against the Python path"),
+                   "http2/_parse.c + conn.c stream step + http2/_stitch.c pair/span through the "
+                   "tracker; records, spans, counters against the Python path"),
     "h2span_pair": (lambda: _hypothesis_target(h2span_tests.test_pairing_alike),
                     _hypothesis_seeds,
-                    "h2span.c pair: streams paired into records, expiry, the stream table; "
+                    "http2/_stitch.c pair: streams paired into records, expiry, the stream table; "
                     "against stitch.py (Hypothesis-drawn)"),
     "h2span_span": (lambda: _hypothesis_target(h2span_tests.test_grpc_spans_alike),
                     _hypothesis_seeds,
-                    "h2span.c span: gRPC spans of records; against spans.py (Hypothesis-drawn)"),
+                    "http2/_stitch.c span: gRPC spans of records; against spans.py "
+                    "(Hypothesis-drawn)"),
     "rtps": (lambda: _rtps, _rtps_seeds,
-             "rtps.c parse: every submessage kind, number sets, parameter lists, endianness, "
-             "truncation; against parse_python"),
+             "rtps/_parse.c parse: every submessage kind, number sets, parameter lists, "
+             "endianness, truncation; against parse_python"),
     "rtps_sockets": (lambda: _old(lambda old: old._rtps), _random_seeds,
-                     "rtps.c through the tracker: datagrams on three sockets, discovery, "
+                     "rtps/_parse.c through the tracker: datagrams on three sockets, discovery, "
                      "reassembly"),
     "otlp": (lambda: _otlp, _otlp_seeds,
              "otlp.c span/spans/span_json/spans_json: hostile attributes (nested lists, "

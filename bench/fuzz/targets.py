@@ -108,10 +108,10 @@ def _registered(target) -> Callable[[bytes], None]:
 
 
 def _http1_differential(pieces: list[bytes]) -> Callable[[bytes], None]:
-    """The compiled HTTP/1 heads and syscall steps (otel_ebpf/_fast/http1.c, conn.c)
-    against llhttp and Connection.on_data: one script of syscalls fed to two connections,
-    one parsing heads and body pieces in C, one in Python with llhttp; a difference in
-    their records or spans is a crash (AssertionError)."""
+    """The compiled HTTP/1 heads and syscall steps (protocols/http1/_parse.c,
+    otel_ebpf/_fast/conn.c) against llhttp and Connection.on_data: one script of syscalls
+    fed to two connections, one parsing heads and body pieces in C, one in Python with
+    llhttp; a difference in their records or spans is a crash (AssertionError)."""
     parser = HTTP1Parser({"correlation_headers": ["x-request-id", "traceparent"]})
 
     def one(data: bytes, totals: Totals) -> None:
@@ -146,8 +146,8 @@ def _http1_differential(pieces: list[bytes]) -> Callable[[bytes], None]:
 def _http2_differential(pieces: list[bytes]) -> Callable[[bytes], None]:
     """HTTP/2's compiled steps against their Python references: one script of syscalls fed
     to two connections, one through the compiled frame loop and header block readers
-    (otel_ebpf/_fast/h2.c), the connection's syscall step (conn.c stream_step), pairing and
-    the gRPC span (h2span.c), the other through parse.py, Connection.on_data, stitch.py and
+    (protocols/http2/_parse.c), the connection's syscall step (conn.c stream_step), pairing and
+    the gRPC span (http2/_stitch.c), the other through parse.py, Connection.on_data, stitch.py and
     spans.py; a difference in their records, spans or counts is a crash (AssertionError).
     Header fields are not captured (the compiled readers' case)."""
     from otel_ebpf import _fast
@@ -200,20 +200,20 @@ def _http2_differential(pieces: list[bytes]) -> Callable[[bytes], None]:
 
 
 def _llm_openai(pieces: list[bytes]) -> Callable[[bytes], None]:
-    """The compiled OpenAI chunk reader (otel_ebpf/_fast/sse.c openai_events, content
+    """The compiled OpenAI chunk reader (protocols/llm/_stream.c openai_events, content
     capture off) against the Python one: each input's records made into spans twice, with
     and without it; a difference is a crash (AssertionError)."""
-    from otel_ebpf.protocols.llm import events as llm_events
+    from otel_ebpf.protocols.llm import stream as llm_stream
 
     def one(data: bytes, totals: Totals) -> None:
         (driver,) = fuzz_stream(atheris.FuzzedDataProvider(data),
                                 lambda: (HTTP1Parser(), (LLMLayer(),)), pieces)
         spans = driver.spans()
-        saved, llm_events._OPENAI_EVENTS = llm_events._OPENAI_EVENTS, None
+        saved, llm_stream.compiled = llm_stream.compiled, None
         try:
             reference = driver.spans()
         finally:
-            llm_events._OPENAI_EVENTS = saved
+            llm_stream.compiled = saved
         assert spans == reference, (spans, reference)
         assert [list(s.attributes.items()) for s in spans] == \
             [list(s.attributes.items()) for s in reference]

@@ -58,7 +58,7 @@ def accelerator(module_name: str) -> ModuleType | None:
     return _load(f"{package}._{stem}" if package else f"_{stem}")
 
 
-def _accelerators() -> list[tuple[str, bool]]:
+def accelerators() -> list[tuple[str, bool]]:
     """(dotted name, built) of every protocol accelerator: a `_X.c` source or a built `_X`
     extension in a folder of the otel_ebpf.protocols package."""
     try:
@@ -84,7 +84,7 @@ def status() -> tuple[bool, str]:
     if PURE_PYTHON:
         return False, "off: OTEL_EBPF_PURE_PYTHON=1 (the Python reference: the same spans)"
     names = [(name, globals()[name] is not None) for name in MODULES]
-    names += [(name, built and _load(name) is not None) for name, built in _accelerators()]
+    names += [(name, built and _load(name) is not None) for name, built in accelerators()]
     loaded = [name for name, ok in names if ok]
     missing = [name for name, ok in names if not ok]
     if not loaded:

@@ -18,7 +18,7 @@ def test_every_protocol_source_is_an_accelerator_found():
     sources = {f"otel_ebpf.protocols.{p.parent.name}.{p.stem}"
                for p in (REPO / "protocols").glob("*/_*.c")}
     assert sources, "no protocol accelerator sources"
-    assert sources <= {name for name, _ in _fast._accelerators()}
+    assert sources <= {name for name, _ in _fast.accelerators()}
 
 
 @pytest.mark.skipif(_fast.PURE_PYTHON, reason="OTEL_EBPF_PURE_PYTHON=1: nothing compiled loads")
@@ -39,8 +39,8 @@ def test_pure_python_loads_no_accelerator(monkeypatch):
 
 @pytest.mark.skipif(_fast.PURE_PYTHON, reason="OTEL_EBPF_PURE_PYTHON=1: nothing compiled loads")
 def test_status_names_what_is_not_built(monkeypatch):
-    found = _fast._accelerators()
-    monkeypatch.setattr(_fast, "_accelerators",
+    found = _fast.accelerators()
+    monkeypatch.setattr(_fast, "accelerators",
                         lambda: [*found, ("otel_ebpf.protocols.nothing._here", False)])
     monkeypatch.setattr(_fast, "table", None)
     compiled, detail = _fast.status()
