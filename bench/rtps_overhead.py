@@ -6,7 +6,7 @@ Run as root from the repository root (after `make -C bpf`):
 
     sudo .venv/bin/python bench/rtps_overhead.py [--rate 1000] [--seconds 20] [--size 256]
         [--subscribers 2] [--capture 2048] [--poll 200ms] [--protocols rtps]
-        [--out docs/performance.md]
+        [--base DIR --rounds N] [--out docs/performance.md]
 
 Each run uses a fresh DDS domain on 127.0.0.1 (tests/integration/peers/dds_peer.py, one
 process per peer, unicast discovery). The traced run starts the real agent first
@@ -19,6 +19,11 @@ agent gets SIGINT; spans are counted in its file exporter's output and kernel dr
 from its exit summary. Until an `rtps` parser is installed the agent is run with the
 protocols named by --fallback-protocols instead (datagrams captured and decoded, not
 parsed) and the table says so; 0 spans are reported as 0.
+
+With --base DIR (another checkout: its extensions built in place, its BPF objects in
+DIR/bpf/build) the traced run is made --rounds times with each tree's agent, the order
+alternating per round (a before/after of a change, on the same machine in one run): agent
+CPU as median [min–max] per side, with each side's spans and kernel drops per round.
 
 Prints a Markdown table (CPU as % of one core); --out appends it with the date and command.
 """
@@ -44,7 +49,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.agent_process import AgentProcess, proc_cpu_s  # noqa: E402
+from bench.agent_process import AgentProcess, agent_tree, proc_cpu_s  # noqa: E402
+from bench.side_by_side import spread  # noqa: E402
 from tests.integration.conftest import read_spans  # noqa: E402
 from tests.integration.peers.dds_peer import discovery_ports, peer_env, pick_domain  # noqa: E402
 
@@ -228,6 +234,45 @@ def markdown(results: list[Result], args, protocols: list[str], note: str) -> st
     return "\n".join(lines)
 
 
+def publish(table: str, out: Path | None) -> None:
+    """Print the table; with --out, append it after the command that made it."""
+    print(table)
+    if out:
+        command = shlex.join(["sudo", ".venv/bin/python", "bench/rtps_overhead.py", *sys.argv[1:]])
+        with out.open("a") as f:
+            f.write(f"\n`{command}`\n\n{table}\n")
+
+
+def compare(args, protocols: list[str]) -> str:
+    """--rounds traced runs with the agent of --base and of this checkout, alternated."""
+    sides = {f"before ({args.base})": args.base.resolve(), "this tree": REPO}
+    runs: dict[str, list[Result]] = {label: [] for label in sides}
+    for i in range(args.rounds):
+        order = list(sides) if i % 2 == 0 else list(sides)[::-1]
+        for label in order:
+            print(f"round {i + 1}/{args.rounds}: {label}...", file=sys.stderr)
+            with agent_tree(sides[label]):
+                runs[label].append(run_once(label, args, protocols))
+    lines = [
+        f"### RTPS tracing overhead, before and after ({datetime.date.today().isoformat()}, "
+        f"{args.rate} msg/s of {args.size} B to {args.subscribers} subscribers for "
+        f"{args.seconds} s; capture {args.capture} B, poll {args.poll}, {args.rounds} rounds "
+        "a side, alternated)",
+        "",
+        "| agent | agent CPU % of a core | spans per round | kernel drops per round | "
+        "agent exit |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for label, results in runs.items():
+        cpu = [r.agent_cpu for r in results if r.agent_cpu is not None]
+        lines.append(
+            f"| {label} | {spread(cpu) if cpu else 'n/a'} | "
+            f"{', '.join(str(r.spans) for r in results)} | "
+            f"{', '.join(str(r.drops) for r in results)} | "
+            f"{', '.join(str(r.agent_exit) for r in results)} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -240,6 +285,9 @@ def main() -> int:
     ap.add_argument("--protocols", default="rtps", help="protocols.enabled, comma-separated")
     ap.add_argument("--fallback-protocols", default="http1",
                     help="used when the agent does not know --protocols yet")
+    ap.add_argument("--base", type=Path,
+                    help="another checkout: its agent and this one's, side by side")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds a side with --base")
     ap.add_argument("--out", type=Path, help="append the table to this Markdown file")
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -248,6 +296,13 @@ def main() -> int:
         ap.error("--rate must be 1..100000 and --seconds 0..600")
     protocols = [p for p in args.protocols.split(",") if p]
     note = ""
+    if args.base is not None:
+        if not 1 <= args.rounds <= 20:
+            ap.error("--rounds must be 1..20")
+        if not (args.base / "bpf" / "build").is_dir():
+            ap.error(f"--base {args.base}: no bpf/build there (make -C bpf in that checkout)")
+        publish(compare(args, protocols), args.out)
+        return 0
 
     print("baseline run (no agent)...", file=sys.stderr)
     base = run_once("without agent", args, None)
@@ -265,12 +320,7 @@ def main() -> int:
         protocols = fallback
         traced = run_once("with agent", args, protocols)
 
-    table = markdown([base, traced], args, protocols, note)
-    print(table)
-    if args.out:
-        command = shlex.join(["sudo", ".venv/bin/python", "bench/rtps_overhead.py", *sys.argv[1:]])
-        with args.out.open("a") as f:
-            f.write(f"\n`{command}`\n\n{table}\n")
+    publish(markdown([base, traced], args, protocols, note), args.out)
     return 0
 
 
