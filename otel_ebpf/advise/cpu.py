@@ -4,28 +4,26 @@ anywhere on the stack) of its process's samples, and the native code under it.""
 
 from __future__ import annotations
 
-import re
 from collections import Counter, defaultdict
 
 from otel_ebpf.profiling.frames import NATIVE, PYTHON
 
+from .loops import char_loop_line
 from .model import CPU, Finding, Location, Profile
 from .sites import process_of, python_index, short
 from .source import function_lines
 
 MIN_SHARE = 0.05  # a function with less self time is not a finding
 PER_PROCESS = 5  # hot spots reported per process
-# a loop over the characters (or bytes) of a string: `for ch in text`, `for c in s:`
-_CHAR_LOOP = re.compile(r"^\s*for\s+(ch|c|char|character|b|byte)\s+in\s+\w")
 
 
 def _loop_suggestion(source: list[tuple[int, str]], native_share: float) -> tuple[str, int]:
     """What to try, from the function's source when it is there; the loop's line (0)."""
-    for n, text in source:
-        if _CHAR_LOOP.search(text):
-            return ("a Python loop over each character runs the interpreter per byte: use "
-                    "str/bytes methods (count, translate, encode, join), a regex, or "
-                    "hashlib/zlib for checksums, which do the loop in C", n)
+    line = char_loop_line(source)
+    if line:
+        return ("a Python loop over each character runs the interpreter per byte: use "
+                "str/bytes methods (count, translate, encode, join), a regex, or "
+                "hashlib/zlib for checksums, which do the loop in C", line)
     if native_share >= 0.5:
         return ("most of this function's time is in native code it calls (below): call it "
                 "less often (cache, batch) or with larger inputs", 0)
