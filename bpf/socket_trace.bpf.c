@@ -435,10 +435,12 @@ int enter_close(struct trace_event_raw_sys_enter *ctx)
 /* Can the program this process now runs be selected? Not when the targets are pids (and
  * their descendants) or process names and it is none of them: user space then neither
  * probes its interpreter nor looks for its OpenSSL (selection by port can take any
- * process: every exec is told then). */
+ * process: every exec is told then; so with process names, whose match on argv only user
+ * space can make: `python3 train.py` is comm python3). */
 static __always_inline bool exec_may_select(void)
 {
-	return cfg.filter_ports || (!cfg.filter_pids && !cfg.filter_comms) || process_selected();
+	return cfg.filter_ports || cfg.exec_by_argv || (!cfg.filter_pids && !cfg.filter_comms) ||
+	       process_selected();
 }
 
 /* A process event (exit, exec, fork) for user space about process `pid`. */

@@ -32,7 +32,7 @@ from otel_ebpf.kernel.abi import (ConnOpen, ContextIn, ContextOut, ProcessExec, 
 from otel_ebpf.kernel.asyncio_probes import calls_out
 from otel_ebpf.kernel.libbpf import LibbpfLog
 from otel_ebpf.kernel.propagation import PropagationSettings
-from otel_ebpf.kernel.socket_tracer import CaptureSettings, SocketTracer
+from otel_ebpf.kernel.socket_tracer import CaptureSettings, SocketTracer, argv_matches
 from otel_ebpf.profiling.links import ActiveSpans, ServerThreads
 from otel_ebpf.protocols.registry import Registry
 from otel_ebpf.spans.clock import KernelClock
@@ -179,6 +179,8 @@ class Agent:
         self.server_threads = ServerThreads(ActiveSpans()) if any(
             p.signal == "profiles" for p in cfg.pipelines.values()) else None
         self._primed: set[int] = set()
+        # process names matched on a later exec's argv as well as on the kernel's comm
+        self._argv_names = frozenset(cfg.receiver.targets.process_names)
         # GPU memory (receivers.ebpf.gpu): its metrics go to the metrics pipeline's exporters
         self._metric_exporters = metric_exporters
         self.gpu: GpuMonitor | None = None
@@ -373,9 +375,13 @@ class Agent:
                         self.tracer.ssl.scan([pid])
             elif kind is ProcessExit:
                 self._primed.discard(ev.pid)
+                if self._argv_names:
+                    self.tracer.forget_pid(ev.pid)
                 if tasks is not None:
                     tasks.exited(ev.pid)
             elif kind is ProcessExec:
+                if self._argv_names:
+                    self._select_by_argv(ev.pid)
                 if tasks is not None:
                     tasks.execed(ev.pid)
                 if self.cfg.receiver.tls_openssl:
@@ -392,6 +398,18 @@ class Agent:
                 self._arrived.append(((ev.remote_addr, ev.remote_port, ev.local_addr,
                                        ev.local_port, ev.seq), ev.trace_id,
                                       bool(ev.flags & 1)))
+
+    def _select_by_argv(self, pid: int) -> None:
+        """A program started after the agent, selected by a process name that only its argv
+        shows (`python3 train.py` has comm python3): traced and, with profiling, sampled
+        from here on (what it did before this event was not selected)."""
+        if not argv_matches(pid, self._argv_names):
+            return
+        if self.tracer.add_pid(pid):
+            log.info("pid %d started after the agent is selected: its argv matches "
+                     "targets.process_names", pid)
+            if self.profiler is not None:
+                self.profiler.request_targets([pid])
 
     def _emit(self, spans: list) -> None:
         if not spans:

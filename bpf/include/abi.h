@@ -4,7 +4,7 @@
 #ifndef OTEL_EBPF_ABI_H
 #define OTEL_EBPF_ABI_H
 
-#define ABI_VERSION 6
+#define ABI_VERSION 7
 #define MAX_CAPTURE 65536 /* largest payload prefix captured per message (power of two) */
 #define MAX_TARGETS 1024  /* entries in each target-selection map */
 #define COMM_LEN 16
@@ -249,6 +249,9 @@ struct agent_config {
 				 * bytes since it last looked (0: at every record) */
 	__u32 propagate;        /* nonzero: a request's trace context goes into its TCP option
 				 * at its first write (propagation.enabled) */
+	__u32 exec_by_argv;     /* nonzero: every exec is told (user space matches process
+				 * names against its argv: `python3 train.py`'s comm is python3) */
+	__u32 _pad;
 	__u64 wide_keys[MAX_WIDE_KEYS]; /* first 8 path bytes, as a little-endian u64 */
 };
 

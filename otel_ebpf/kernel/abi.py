@@ -16,7 +16,7 @@ from typing import NamedTuple
 from otel_ebpf import _fast
 from otel_ebpf.protocols.base import Direction, Role, positional_maker
 
-ABI_VERSION = 6
+ABI_VERSION = 7
 MAX_CAPTURE = 65536
 MAX_TARGETS = 1024
 COMM_LEN = 16
@@ -58,7 +58,7 @@ CONN_CLOSE = struct.Struct("<B3xIQ" + "IiQ" + "QQ")
 DATA = struct.Struct("<B3xIQ" + "IiQ" + "QQIIIBBH" + "16sHH4x" + "Q")
 TASK_NEW = struct.Struct("<B3xIQ" + "I4xQQQQ")
 PROC_EXIT = struct.Struct("<B3xIQ" + "I4x")
-AGENT_CONFIG = struct.Struct(f"<14I{MAX_WIDE_KEYS}Q")  # struct agent_config
+AGENT_CONFIG = struct.Struct(f"<16I{MAX_WIDE_KEYS}Q")  # struct agent_config
 
 # The trace-context TCP option (bpf/propagation.bpf.c): kind 253, ExID 0x07E1, 25 bytes
 PROP_OPT_KIND, PROP_EXID, PROP_OPT_LEN, PROP_F_SAMPLED = 253, 0x07E1, 25, 1
@@ -414,6 +414,7 @@ def pack_agent_config(
     pipes: bool = False,
     wakeup_step: int = 0,
     propagate: bool = False,
+    exec_by_argv: bool = False,
 ) -> bytes:
     keys = [int.from_bytes(k, "little") for k in wide_keys[:MAX_WIDE_KEYS]]
     return AGENT_CONFIG.pack(
@@ -431,6 +432,8 @@ def pack_agent_config(
         int(pipes),
         wakeup_step,
         int(propagate),
+        int(exec_by_argv),
+        0,
         *keys,
         *[0] * (MAX_WIDE_KEYS - len(keys)),
     )

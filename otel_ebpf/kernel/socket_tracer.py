@@ -81,17 +81,18 @@ def matching_pids(names: Iterable[str], proc_root: str = "/proc") -> set[int]:
     """Running processes whose argv[0] or argv[1] basename is one of `names` (so
     `uvicorn` matches `python /venv/bin/uvicorn app:app`, whose comm is `python`)."""
     wanted = set(names)
-    found: set[int] = set()
-    for entry in os.scandir(proc_root):
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = Path(entry.path, "cmdline").read_bytes().split(b"\0")[:2]
-        except OSError:
-            continue
-        if any(os.path.basename(a.decode(errors="replace")) in wanted for a in argv if a):
-            found.add(int(entry.name))
-    return found
+    return {int(entry.name) for entry in os.scandir(proc_root)
+            if entry.name.isdigit() and argv_matches(int(entry.name), wanted, proc_root)}
+
+
+def argv_matches(pid: int, names: set[str], proc_root: str = "/proc") -> bool:
+    """Whether the process's argv[0] or argv[1] basename is one of `names` (False when it is
+    gone)."""
+    try:
+        argv = Path(proc_root, str(pid), "cmdline").read_bytes().split(b"\0")[:2]
+    except OSError:
+        return False
+    return any(os.path.basename(a.decode(errors="replace")) in names for a in argv if a)
 
 
 def _stat(proc_root: str, pid: str) -> tuple[str, int] | None:
@@ -182,6 +183,7 @@ class SocketTracer:
         wakeup = s.ring_buffer_bytes * s.wakeup_fill_percent // 100
         by_name = matching_pids(s.process_names) if s.process_names else set()
         self._pids = set(s.pids) | by_name
+        self._targets_full_said = False
         self.obj.set_rodata(
             abi.pack_agent_config(
                 agent_pid=os.getpid(),
@@ -197,8 +199,31 @@ class SocketTracer:
                 wide_keys=keys,
                 pipes=s.pipes,
                 propagate=s.propagation is not None,
+                exec_by_argv=bool(s.process_names),
             )
         )
+
+    def add_pid(self, pid: int) -> bool:
+        """One more process to trace (a process name matched on the argv of a later exec);
+        False when the kernel's table of selected processes is full (said once)."""
+        if pid in self._pids:
+            return True
+        if len(self._pids) >= abi.MAX_TARGETS:
+            if not self._targets_full_said:
+                self._targets_full_said = True
+                log.warning("targets: %d processes selected, the kernel takes %d: pid %d "
+                            "and later matches are not traced", len(self._pids),
+                            abi.MAX_TARGETS, pid)
+            return False
+        self._pids.add(pid)
+        self.obj.map("target_pids").update(pid.to_bytes(4, "little"), b"\x01")
+        return True
+
+    def forget_pid(self, pid: int) -> None:
+        """A selected process exited: its pid may come back as another program's."""
+        if pid in self._pids:
+            self._pids.discard(pid)
+            self.obj.map("target_pids").delete(pid.to_bytes(4, "little"))
 
     def _select_targets(self, s: CaptureSettings) -> None:
         one = b"\x01"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -92,6 +92,7 @@ class CpuProfiler:
         self._window_start = time.time_ns()
         self.unwinder: Unwinder | None = self.tables.unwinder if self.tables else None
         self._seen: set[int] = set(settings.pids)
+        self._requested: deque[int] = deque()  # request_targets(), for the loop to add
         try:
             for pid in settings.pids:  # Python frames from the first sample on
                 self.symbolizer.process(pid)
@@ -121,6 +122,11 @@ class CpuProfiler:
         self.sampler.set_python(interp.pid, interp.runtime, interp.offsets.kernel_fields())
         log.info("pid %d runs CPython %d.%d: its Python frames are sampled", interp.pid,
                  *interp.version)
+
+    def request_targets(self, pids: Iterable[int]) -> None:
+        """More processes to sample, from another thread (a process name matched on the argv
+        of a later exec): taken by the profiler's own loop at its next poll."""
+        self._requested.extend(pids)
 
     def add_targets(self, pids: Iterable[int]) -> None:
         """More processes to sample (a process name matched after start)."""
@@ -166,6 +172,11 @@ class CpuProfiler:
                 self._stop.wait(self.settings.poll_interval_s)  # no busy loop on a fault
 
     def poll(self, timeout_ms: int) -> int:
+        if self._requested:
+            pids = []
+            while self._requested:
+                pids.append(self._requested.popleft())
+            self.add_targets(pids)
         raws = self.sampler.poll(timeout_ms)
         for raw in raws:
             if self.stats is not None:

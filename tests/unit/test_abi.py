@@ -50,6 +50,7 @@ int main(void) {
     S(context_out_event); O(context_out_event, conn); O(context_out_event, pos);
     O(context_out_event, seq); O(context_out_event, flags); O(context_out_event, trace_id);
     O(context_out_event, origin); O(context_out_event, origin_pos); O(agent_config, propagate);
+    O(agent_config, exec_by_argv);
     printf("CNT_PROP_SEND %d %d %d\n", EV_CONTEXT_OUT, CNT_PROP_AT_SEND, CNT_PROP_SLOTS_FULL);
     printf("PROP %d %d %d %d %d %d %d %d\n", EV_CONTEXT_IN, PROP_OPT_KIND, PROP_EXID,
            PROP_OPT_LEN, PROP_F_SAMPLED, PROP_SLOTS, PROP_MAX_CONNS, PROP_MAX_NETS);
@@ -92,7 +93,7 @@ def test_offsets(c_layout):
     assert int(c_layout["data_event.direction"]) == h + k + 28
     assert int(c_layout["data_event.tail_len"]) == h + k + 30
     assert int(c_layout["agent_config.wide_capture"]) == 8 * 4
-    assert int(c_layout["agent_config.wide_keys"]) == 14 * 4
+    assert int(c_layout["agent_config.wide_keys"]) == 16 * 4
     assert int(c_layout["data_event.peer"]) == abi.DATA.size - a - 8
     assert int(c_layout["data_event.task"]) == abi.DATA.size - 8
     assert int(c_layout["task_event.task"]) == h + 8
@@ -152,6 +153,7 @@ def test_propagation_layouts(c_layout):
         "conn", "pos", "seq", "flags", "trace_id", "origin", "origin_pos")] == [
             h, h + k, h + k + 8, h + k + 12, h + k + 16, h + k + 32, h + 2 * k + 32]
     assert int(c_layout["agent_config.propagate"]) == 13 * 4
+    assert int(c_layout["agent_config.exec_by_argv"]) == 14 * 4  # the 15th
     ev, at_send, full = c_layout["CNT_PROP_SEND"].split()
     assert int(ev) == abi.EV_CONTEXT_OUT
     assert (abi.COUNTER_NAMES[int(at_send)], abi.COUNTER_NAMES[int(full)]) == (
