@@ -5,8 +5,10 @@ anywhere on the stack) of its process's samples, and the native code under it.""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
-from otel_ebpf.profiling.frames import NATIVE, PYTHON
+from otel_ebpf.profiling.frames import NATIVE, PYTHON, Frame
 
 from .loops import char_loop_line
 from .model import CPU, Finding, Location, Profile
@@ -32,38 +34,60 @@ def _loop_suggestion(source: list[tuple[int, str]], native_share: float) -> tupl
             0)
 
 
-def analyze(profiles: list[Profile]) -> list[Finding]:
-    # process -> function -> [self, total]; function -> native children
-    self_n: dict[str, Counter] = defaultdict(Counter)
-    total_n: dict[str, Counter] = defaultdict(Counter)
-    in_native: dict[str, Counter] = defaultdict(Counter)
-    children: dict[tuple[str, tuple], Counter] = defaultdict(Counter)
-    totals: Counter = Counter()
+def _function(frame: Frame) -> tuple:
+    return (frame.name, frame.module, frame.line)
+
+
+@dataclass
+class Tally:
+    """CPU samples by process: all of them (`samples`), by Python function as the
+    innermost Python frame (`self_n`, the native code it called included) and anywhere on
+    the stack (`total_n`), self samples in native code (`in_native`), and which native
+    functions those were (`children`)."""
+
+    samples: Counter = field(default_factory=Counter)
+    self_n: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    total_n: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    in_native: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    children: dict[tuple[str, tuple], Counter] = field(
+        default_factory=lambda: defaultdict(Counter))
+
+
+def tally(profiles: Iterable[Profile], process: Callable[[Mapping], str] = process_of,
+          function: Callable[[Frame], tuple] = _function) -> Tally:
+    """The CPU profiles' samples counted by `process` (of a sample's labels) and
+    `function` (of a frame: by default its name, file and line)."""
+    t = Tally()
     for prof in profiles:
         if prof.kind != CPU:
             continue
         i_val = prof.index("samples") or 0
         for s in prof.samples:
             n = s.values[i_val]
-            proc = process_of(s.labels)
-            totals[proc] += n
+            proc = process(s.labels)
+            t.samples[proc] += n
             i = python_index(s.frames)
             if i is None:
                 continue
-            top = s.frames[i]
-            key = (top.name, top.module, top.line)
-            self_n[proc][key] += n
+            key = function(s.frames[i])
+            t.self_n[proc][key] += n
             if i > 0 and s.frames[i - 1].kind == NATIVE:
-                in_native[proc][key] += n
+                t.in_native[proc][key] += n
                 # the native function the Python code called, and the leaf it was in
                 leaf = s.frames[0].name
                 called = s.frames[i - 1].name
-                children[(proc, key)][called if leaf == called else f"{called} … {leaf}"] += n
-            for f in {(f.name, f.module, f.line) for f in s.frames if f.kind == PYTHON}:
-                total_n[proc][f] += n
+                t.children[(proc, key)][called if leaf == called else f"{called} … {leaf}"] += n
+            # a set: a recursive function counts once per sample
+            for f in {function(f) for f in s.frames if f.kind == PYTHON}:
+                t.total_n[proc][f] += n
+    return t
+
+
+def analyze(profiles: list[Profile]) -> list[Finding]:
+    t = tally(profiles)
     findings = []
-    for proc, counts in self_n.items():
-        total = totals[proc]
+    for proc, counts in t.self_n.items():
+        total = t.samples[proc]
         for key, n in counts.most_common(PER_PROCESS):
             share = n / total
             if share < MIN_SHARE:
@@ -71,14 +95,14 @@ def analyze(profiles: list[Profile]) -> list[Finding]:
             name, module, line = key
             loc = Location(name, module, line)
             source = function_lines(module, line)
-            native_share = in_native[proc][key] / n
+            native_share = t.in_native[proc][key] / n
             suggestion, loop_line = _loop_suggestion(source, native_share)
             evidence = [
                 f"self {share:.0%} of {proc}'s CPU samples ({n} of {total}); total "
-                f"{total_n[proc][key] / total:.0%} (with the functions it calls)",
+                f"{t.total_n[proc][key] / total:.0%} (with the functions it calls)",
                 f"{native_share:.0%} of its self samples are in native code it called",
             ]
-            kids = children.get((proc, key))
+            kids = t.children.get((proc, key))
             if kids:
                 evidence.append("native children: " + ", ".join(
                     f"{c} {k / n:.0%}" for c, k in kids.most_common(3)))

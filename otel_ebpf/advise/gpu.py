@@ -6,7 +6,7 @@ CPU waiting for the GPU in synchronize calls."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from otel_ebpf.gpu.ledger import ESTIMATED
 
@@ -42,11 +42,13 @@ class _Site:
         self.estimated = False  # launch counts scaled from the probes' duty cycle
 
 
-def _by_site(profiles: Iterable[Profile], kind: str, types: tuple[str, ...]
-             ) -> tuple[dict[tuple[str, Location], _Site], Counter]:
+def by_site(profiles: Iterable[Profile], kind: str, types: tuple[str, ...],
+            process: Callable[[Mapping], str] = process_of
+            ) -> tuple[dict[tuple[str, Location], _Site], Counter]:
     """Values summed by (process, location) over the profiles of `kind`, with the number
     of profiles in which the first value was not 0 (intervals the site was active in);
-    the window (sum of the profiles' durations) per process."""
+    the window (sum of the profiles' durations) per process. `process` names a sample's
+    process from its labels."""
     sites: dict[tuple[str, Location], _Site] = {}
     window: Counter = Counter()
     for prof in profiles:
@@ -55,7 +57,7 @@ def _by_site(profiles: Iterable[Profile], kind: str, types: tuple[str, ...]
         idx = [prof.index(t) for t in types]
         seen_procs, seen_sites = set(), set()
         for s in prof.samples:
-            proc = process_of(s.labels)
+            proc = process(s.labels)
             loc = site_of(s.frames)
             site = sites.setdefault((proc, loc), _Site(len(types)))
             for j, i in enumerate(idx):
@@ -79,7 +81,7 @@ def _by_site(profiles: Iterable[Profile], kind: str, types: tuple[str, ...]
 
 
 def _copies(profiles: list[Profile]) -> list[Finding]:
-    sites, window = _by_site(profiles, COPIES, ("copies", "copy_space", "copy_time"))
+    sites, window = by_site(profiles, COPIES, ("copies", "copy_space", "copy_time"))
     per_proc: Counter = Counter()
     for (proc, _), s in sites.items():
         per_proc[proc] += s.values[2] or s.values[0]
@@ -126,7 +128,7 @@ def _copies(profiles: list[Profile]) -> list[Finding]:
 
 
 def _launches(profiles: list[Profile]) -> list[Finding]:
-    sites, window = _by_site(profiles, LAUNCHES, ("kernel_launches",))
+    sites, window = by_site(profiles, LAUNCHES, ("kernel_launches",))
     per_proc: Counter = Counter()
     for (proc, _), s in sites.items():
         per_proc[proc] += s.values[0]
@@ -159,7 +161,7 @@ def _launches(profiles: list[Profile]) -> list[Finding]:
 
 
 def _syncs(profiles: list[Profile]) -> list[Finding]:
-    sites, window = _by_site(profiles, SYNC, ("sync_calls", "sync_wait"))
+    sites, window = by_site(profiles, SYNC, ("sync_calls", "sync_wait"))
     out = []
     for (proc, loc), s in sites.items():
         calls, ns = s.values
@@ -182,7 +184,7 @@ def _syncs(profiles: list[Profile]) -> list[Finding]:
 def _memory(profiles: list[Profile], points: list[Point]) -> list[Finding]:
     mem = [p for p in profiles if p.kind == GPU_MEMORY]
     out = []
-    sites, _ = _by_site(mem, GPU_MEMORY,
+    sites, _ = by_site(mem, GPU_MEMORY,
                         ("alloc_objects", "alloc_space", "inuse_objects", "inuse_space"))
     # holders: what each site holds at the last profile of its process
     last: dict[str, Profile] = {}

@@ -18,7 +18,7 @@ DB_MIN_SHARE = 0.3  # a call taking this much of its parent's time, on average
 DB_SYSTEMS = ("db.system.name", "db.system")
 
 
-def _pct(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
     v = sorted(values)
     return v[min(len(v) - 1, int(q * (len(v) - 1) + 0.5))]
 
@@ -27,35 +27,41 @@ def _ms(s: float) -> str:
     return f"{s * 1e3:.1f} ms"
 
 
-def _service(span: Span) -> str:
+def service_of(span: Span) -> str:
     return str(span.resource.get("service.name") or span.resource.get("process.pid") or "?")
 
 
-def _latency(spans: list[Span]) -> list[Finding]:
+def genai_groups(spans: list[Span]) -> dict[tuple[str, str], list[Span]]:
+    """The spans with a time to first token by (model, side: client or server)."""
     groups: dict[tuple[str, str], list[Span]] = defaultdict(list)
     for s in spans:
         if TTFT in s.attributes and s.kind in (SERVER, CLIENT):
             model = str(s.attributes.get("gen_ai.response.model")
                         or s.attributes.get("gen_ai.request.model") or "?")
             groups[(model, "server" if s.kind == SERVER else "client")].append(s)
+    return groups
+
+
+def _latency(spans: list[Span]) -> list[Finding]:
     out = []
-    for (model, side), group in sorted(groups.items()):
+    for (model, side), group in sorted(genai_groups(spans).items()):
         ttft = [float(s.attributes[TTFT]) for s in group]
         if len(ttft) < MIN_REQUESTS:
             continue
         tpot = [float(s.attributes[TPOT]) for s in group if TPOT in s.attributes]
-        p50, p90, p99 = (_pct(ttft, q) for q in (0.5, 0.9, 0.99))
+        p50, p90, p99 = (percentile(ttft, q) for q in (0.5, 0.9, 0.99))
         slow = sum(1 for v in ttft if v > 2 * p50) / len(ttft)
         evidence = [f"{len(ttft)} requests; TTFT p50 {_ms(p50)}, p90 {_ms(p90)}, "
                     f"p99 {_ms(p99)}"]
         if tpot:
-            evidence.append(f"TPOT p50 {_ms(_pct(tpot, 0.5))}, p99 {_ms(_pct(tpot, 0.99))}")
+            evidence.append(f"TPOT p50 {_ms(percentile(tpot, 0.5))}, "
+                            f"p99 {_ms(percentile(tpot, 0.99))}")
         evidence.append(f"{slow:.0%} of requests waited over twice the median for their "
                         "first token")
         out.append(Finding(
             "serving_latency", f"{model} ({side} side): TTFT p99 {_ms(p99)}, "
             f"{p99 / p50 if p50 else 0:.1f}x its median", slow,
-            Location(f"{model} ({side})", _service(group[0])), evidence,
+            Location(f"{model} ({side})", service_of(group[0])), evidence,
             "a long TTFT tail under load is queueing before prefill: cap concurrent "
             "requests per replica, enable chunked prefill / prefix caching, or add "
             "replicas; a long TPOT is decode batch size or memory bandwidth"))
@@ -83,7 +89,7 @@ def _hops(by_id: dict[str, Span], spans: list[Span]) -> list[Finding]:
     for parent_id, children in calls.items():
         parent = by_id[parent_id]
         if parent.duration_s > 0:
-            added[(_service(parent), parent.name)].append(
+            added[(service_of(parent), parent.name)].append(
                 (_outside(parent, children), parent.duration_s))
     out = []
     for (service, name), rows in sorted(added.items()):

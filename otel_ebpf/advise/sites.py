@@ -32,6 +32,17 @@ def process_of(labels: Mapping[str, Any]) -> str:
     return str(name or (f"pid {pid}" if pid else "unknown process"))
 
 
+def process_name(labels: Mapping[str, Any]) -> str:
+    """The process's name without its pid: what stays the same from one run to the next."""
+    return name_of(process_of(labels))
+
+
+def name_of(process: str) -> str:
+    """`service` of process_of's `service (pid N)`; a process known by its pid alone
+    keeps it (there is nothing else to match it by)."""
+    return re.sub(r" \(pid \d+\)$", "", process)
+
+
 def python_index(frames: Sequence[Frame]) -> int | None:
     """The position of the innermost Python frame."""
     return next((i for i, f in enumerate(frames) if f.kind == PYTHON), None)
