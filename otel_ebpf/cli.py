@@ -1,6 +1,7 @@
-"""`otel-ebpf run | check | advise | flamegraph | top | version`: the command line. Exit codes: 0 fine, 1 cannot
-run here (privileges, kernel, BPF objects; advise: the model's server failed), 2 invalid
-configuration (advise: unreadable input)."""
+"""`otel-ebpf run | check | advise | diff | flamegraph | top | version`: the command line.
+Exit codes: 0 fine, 1 cannot run here (privileges, kernel, BPF objects; advise: the
+model's server failed), 2 invalid configuration (advise, diff, flamegraph: unreadable
+input)."""
 
 from __future__ import annotations
 
@@ -178,19 +179,50 @@ def cmd_advise(args: argparse.Namespace) -> int:
     return rc
 
 
+def cmd_diff(args: argparse.Namespace) -> int:
+    from otel_ebpf.advise.diff import diff
+    from otel_ebpf.advise.readers import ReadError
+    from otel_ebpf.advise.render_diff import RENDERERS
+    from otel_ebpf.config import parse_duration
+
+    try:
+        since = parse_duration(args.since) if args.since else None
+    except (ConfigError, ValueError) as exc:
+        _say(f"otel-ebpf diff: --since {args.since!r}: {exc}")
+        return EXIT_BAD_CONFIG
+    if args.top < 1:
+        _say("otel-ebpf diff: --top must be 1 or more")
+        return EXIT_BAD_CONFIG
+    try:
+        result = diff([args.before], [args.after], since)
+    except (ReadError, OSError) as exc:
+        _say(f"otel-ebpf diff: {exc}")
+        return EXIT_BAD_CONFIG
+    sys.stdout.write(RENDERERS[args.format](result, args.top))
+    return EXIT_OK
+
+
 def cmd_flamegraph(args: argparse.Namespace) -> int:
     from otel_ebpf.advise.readers import ReadError, read
     from otel_ebpf.config import parse_duration
-    from otel_ebpf.views.flamegraph import NoSamples, flamegraph
+    from otel_ebpf.views.flamegraph import NoSamples, differential, flamegraph
 
+    if bool(args.paths) == bool(args.diff):
+        _say("otel-ebpf flamegraph: give PATH... or --diff BEFORE AFTER")
+        return EXIT_BAD_CONFIG
     try:
         since = parse_duration(args.since) if args.since else 0.0
     except (ConfigError, ValueError) as exc:
         _say(f"otel-ebpf flamegraph: --since {args.since!r}: {exc}")
         return EXIT_BAD_CONFIG
+    since_ns = time.time_ns() - int(since * 1e9) if since else 0
     try:
-        evidence = read(args.paths, time.time_ns() - int(since * 1e9) if since else 0)
-        svg = flamegraph(evidence.profiles, args.kind, args.value, args.title)
+        if args.diff:
+            before, after = (read([p], since_ns).profiles for p in args.diff)
+            svg = differential(before, after, args.kind, args.value, args.title)
+        else:
+            svg = flamegraph(read(args.paths, since_ns).profiles, args.kind, args.value,
+                             args.title)
     except (ReadError, NoSamples, OSError) as exc:
         _say(f"otel-ebpf flamegraph: {exc}")
         return EXIT_BAD_CONFIG
@@ -250,11 +282,22 @@ def build_parser() -> argparse.ArgumentParser:
     adv.add_argument("--llm-findings", type=int, default=3, metavar="N",
                      help="top findings sent to the model (default 3)")
     adv.set_defaults(func=cmd_advise)
+    dif = sub.add_parser("diff", help="two runs' profiles, spans and metrics compared: what "
+                         "changed beyond the noise between export windows")
+    dif.add_argument("before", metavar="BEFORE", help="a file or folder, as advise reads them")
+    dif.add_argument("after", metavar="AFTER", help="the same, of the run after the change")
+    dif.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    dif.add_argument("--since", help="only data of the last D (e.g. 15m, 2h)")
+    dif.add_argument("--top", type=int, default=20, help="rows shown per table (default 20)")
+    dif.set_defaults(func=cmd_diff)
     from otel_ebpf.views.flamegraph import KINDS
 
     flame = sub.add_parser("flamegraph", help="an SVG flame graph of the agent's profiles")
-    flame.add_argument("paths", nargs="+", metavar="PATH",
+    flame.add_argument("paths", nargs="*", metavar="PATH",
                        help="pprof, folded or OTLP/JSON profile files, or folders of them")
+    flame.add_argument("--diff", nargs=2, metavar=("BEFORE", "AFTER"),
+                       help="AFTER's graph coloured by each frame's change of share since "
+                       "BEFORE (red grew, blue shrank)")
     flame.add_argument("--kind", choices=KINDS, default="cpu",
                        help="which profiles (default cpu)")
     flame.add_argument("--value", help="the sample type to draw by (default: samples, "

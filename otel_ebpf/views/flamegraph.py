@@ -2,17 +2,18 @@
 profile lines, read as `otel-ebpf advise` reads them): CPU, GPU memory, kernel launches
 (the kernel's name on top of the Python stack that launched it), copies or time waiting
 in synchronize calls. Each process is a tower of its own on the root; a frame's width is
-its share of the value; hovering shows the name, the value and the share."""
+its share of the value; hovering shows the name, the value and the share. A differential
+graph draws the AFTER run with each frame coloured by how its share changed since BEFORE."""
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from xml.sax.saxutils import escape
 
 from otel_ebpf.advise.model import COPIES, CPU, GPU_MEMORY, LAUNCHES, SYNC, Profile
-from otel_ebpf.advise.sites import process_of
+from otel_ebpf.advise.sites import process_name, process_of
 from otel_ebpf.profiling.frames import CUDA, KERNEL, PYTHON
 
 # the value each kind is drawn by unless asked otherwise
@@ -46,10 +47,11 @@ class _Node:
         return node
 
 
-def build_tree(profiles: Iterable[Profile], kind: str, value: str | None = None
-               ) -> tuple[_Node, str]:
-    """The merged tree of every profile of `kind`, by `value` (a sample type); the value's
-    unit. NoSamples when nothing of that kind has a value."""
+def build_tree(profiles: Iterable[Profile], kind: str, value: str | None = None,
+               process: Callable[[Mapping], str] = process_of) -> tuple[_Node, str]:
+    """The merged tree of every profile of `kind`, by `value` (a sample type), its
+    processes named by `process` (of a sample's labels); the value's unit. NoSamples when
+    nothing of that kind has a value."""
     value = value or DEFAULT_VALUE[kind]
     root, unit = _Node("all", "root"), ""
     for prof in profiles:
@@ -65,7 +67,7 @@ def build_tree(profiles: Iterable[Profile], kind: str, value: str | None = None
             if n <= 0:
                 continue
             root.value += n
-            node = root.child(process_of(s.labels), "process")
+            node = root.child(process(s.labels), "process")
             node.value += n
             for f in reversed(s.frames):  # root first
                 node = node.child(f.name, f.kind)
@@ -95,7 +97,16 @@ def _depth(node: _Node) -> int:
     return 1 + max((_depth(c) for c in node.children.values()), default=0)
 
 
-def render(root: _Node, unit: str, title: str) -> str:
+# a frame's fill and a note for its tooltip, from its path (the keys of the nodes from
+# the root's child to it) and its node
+Paint = Callable[[tuple[tuple[str, str], ...], _Node], tuple[str, str]]
+
+
+def _by_name(path: tuple[tuple[str, str], ...], node: _Node) -> tuple[str, str]:
+    return _colour(node.name, node.kind), ""
+
+
+def render(root: _Node, unit: str, title: str, paint: Paint = _by_name) -> str:
     """The SVG text: the root at the bottom, callees above their callers."""
     depth = _depth(root)
     height = (depth + 2) * ROW + 10
@@ -106,16 +117,16 @@ def render(root: _Node, unit: str, title: str) -> str:
            f'<text x="{WIDTH / 2}" y="{ROW}" text-anchor="middle" font-size="{FONT + 3}">'
            f'{escape(title)}</text>']
 
-    def draw(node: _Node, x: float, level: int) -> None:
+    def draw(node: _Node, x: float, level: int, path: tuple) -> None:
         w = node.value * scale
         if w < MIN_WIDTH:
             return
         y = height - (level + 1) * ROW - 5
         share = node.value / root.value
-        label = f"{node.name} ({_fmt(node.value, unit)}, {share:.2%})"
+        fill, note = paint(path, node)
+        label = f"{node.name} ({_fmt(node.value, unit)}, {share:.2%}{note})"
         out.append(f'<g><title>{escape(label)}</title><rect x="{x:.2f}" y="{y}" '
-                   f'width="{w:.2f}" height="{ROW - 1}" fill="{_colour(node.name, node.kind)}" '
-                   'rx="2"/>')
+                   f'width="{w:.2f}" height="{ROW - 1}" fill="{fill}" rx="2"/>')
         chars = int((w - 4) / (FONT * 0.6))
         if chars >= 3:
             text = node.name if len(node.name) <= chars else node.name[:chars - 2] + ".."
@@ -124,10 +135,10 @@ def render(root: _Node, unit: str, title: str) -> str:
         cx = x
         # widest first: the eye finds the big ones at the left; ties by name (stable)
         for child in sorted(node.children.values(), key=lambda c: (-c.value, c.name)):
-            draw(child, cx, level + 1)
+            draw(child, cx, level + 1, (*path, (child.name, child.kind)))
             cx += child.value * scale
 
-    draw(root, 10.0, 0)
+    draw(root, 10.0, 0, ())
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
@@ -137,3 +148,34 @@ def flamegraph(profiles: Iterable[Profile], kind: str = CPU, value: str | None =
     root, unit = build_tree(profiles, kind, value)
     value = value or DEFAULT_VALUE[kind]
     return render(root, unit, title or f"{kind} profile: {value}, {_fmt(root.value, unit)}")
+
+
+def _walk(node: _Node, path: tuple = ()) -> Iterable[tuple[tuple, _Node]]:
+    yield path, node
+    for key, child in node.children.items():
+        yield from _walk(child, (*path, key))
+
+
+def differential(before: Iterable[Profile], after: Iterable[Profile], kind: str = CPU,
+                 value: str | None = None, title: str | None = None) -> str:
+    """The AFTER profiles' graph, each frame red where its share of all samples grew since
+    BEFORE, blue where it shrank, the deeper the more (against the largest change in the
+    graph). Processes are matched by name, their pids differ from run to run; a frame
+    gone since BEFORE is not in AFTER's graph to colour."""
+    old, _ = build_tree(before, kind, value, process_name)
+    new, unit = build_tree(after, kind, value, process_name)
+    share_before = {path: n.value / old.value for path, n in _walk(old)}
+    change = {path: n.value / new.value - share_before.get(path, 0.0)
+              for path, n in _walk(new)}
+    largest = max(map(abs, change.values())) or 1.0
+
+    def paint(path: tuple, node: _Node) -> tuple[str, str]:
+        delta = change[path]
+        fade = round(235 - 205 * abs(delta) / largest)  # 235: unchanged, near white
+        fill = (f"rgb(255,{fade},{fade})" if delta > 0 else
+                f"rgb({fade},{fade},255)" if delta < 0 else "rgb(235,235,235)")
+        return fill, f", {delta * 100:+.2f} points since {share_before.get(path, 0.0):.2%}"
+
+    value = value or DEFAULT_VALUE[kind]
+    return render(new, unit, title or f"{kind} profile: {value}, {_fmt(new.value, unit)}; "
+                  "red grew, blue shrank since before", paint)
