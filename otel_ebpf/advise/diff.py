@@ -294,7 +294,7 @@ def _tables(before: Evidence, after: Evidence, per: str) -> list[Table]:
     tables = [
         Table("cpu_self_share", "CPU self share by function", "share", share,
               _rows(sb, sa, _visible)),
-        Table("cpu_total_share", "CPU total share by function (with what it calls)",
+        Table("cpu_total_share", "CPU total share by function, with what it calls",
               "share", share, _rows(tb, ta, _visible)),
         Table("cpu_samples", "CPU samples by process", "rate", f"samples per {per}",
               _rows(nb, na)),

@@ -80,7 +80,7 @@ def to_text(d: Diff, top: int = 20) -> str:
                  for i, c in enumerate(_cells(r, t.measure))] for r in t.rows[:top]]
         widths = [max(len(c) for c in col) for col in zip(COLUMNS, *rows)]
         out += ["", f"{t.title} ({t.unit})"]
-        for cells in [list(COLUMNS), *rows]:
+        for cells in [list(COLUMNS), *rows]:  # numbers (before .. p) right-aligned
             out.append("  " + "  ".join(
                 c.rjust(w) if 2 <= i <= 6 else c.ljust(w)
                 for i, (c, w) in enumerate(zip(cells, widths))).rstrip())
