@@ -114,8 +114,9 @@ def _shares(windows: Iterable[tuple[Counter, Counter]]) -> _Measure:
     """Counts by key as shares of their process's count (in the window, in the run)."""
     m, counts, whole = _Measure(), Counter(), Counter()
     for by_key, by_process in windows:
-        m.windows.append(({k: v / by_process[k[0]] for k, v in by_key.items()},
-                          set(by_process)))
+        by_key = Counter({k: v for k, v in by_key.items() if by_process[k[0]] > 0})
+        seen = {proc for proc, n in by_process.items() if n > 0}  # a share of 0 is none
+        m.windows.append(({k: v / by_process[k[0]] for k, v in by_key.items()}, seen))
         counts.update(by_key)
         whole.update(by_process)
     m.whole = {k: v / whole[k[0]] for k, v in counts.items()}

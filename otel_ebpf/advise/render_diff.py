@@ -66,7 +66,8 @@ def _finding(c: FindingChange) -> str:
 
 
 def _cut(n: int, top: int) -> str:
-    return f"({n - top} more rows cut: --top {n} shows them)"
+    cut = n - top
+    return f"({cut} more {'row' if cut == 1 else 'rows'} cut: --top {n} shows them)"
 
 
 def to_text(d: Diff, top: int = 20) -> str:
