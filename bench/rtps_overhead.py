@@ -50,7 +50,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.agent_process import AgentProcess, agent_tree, proc_cpu_s  # noqa: E402
-from bench.side_by_side import spread  # noqa: E402
+from bench.side_by_side import rotated, spread  # noqa: E402
 from tests.integration.conftest import read_spans  # noqa: E402
 from tests.integration.peers.dds_peer import discovery_ports, peer_env, pick_domain  # noqa: E402
 
@@ -248,8 +248,7 @@ def compare(args, protocols: list[str]) -> str:
     sides = {f"before ({args.base})": args.base.resolve(), "this tree": REPO}
     runs: dict[str, list[Result]] = {label: [] for label in sides}
     for i in range(args.rounds):
-        order = list(sides) if i % 2 == 0 else list(sides)[::-1]
-        for label in order:
+        for label in rotated(list(sides), i):
             print(f"round {i + 1}/{args.rounds}: {label}...", file=sys.stderr)
             with agent_tree(sides[label]):
                 runs[label].append(run_once(label, args, protocols))
